@@ -1,0 +1,1 @@
+"""Benchmarks, synthetic tasks, answer extraction and sandboxed scoring."""
