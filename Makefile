@@ -1,0 +1,53 @@
+# mrp-repro: the two commands are `make reproduce` and `make test`.
+#   make reproduce PROFILE=tiny      # default; CPU, 2 cores
+#   make test PYTEST_ARGS="-m 'not slow' -x"
+# Profiles: configs/<name>.yaml (smoke, tiny, sdar-1.7b, sdar-4b, sdar-8b).
+
+PYTHON ?= python3
+PROFILE ?= tiny
+PYTEST_ARGS ?=
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+KERNEL := mrp-repro
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test reproduce lab clean distclean
+
+help:
+	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
+	@echo "make test        setup, then pytest (PYTEST_ARGS=... passes through)"
+	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
+	@echo "make lab         setup, then JupyterLab on notebooks/"
+	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
+
+setup: $(STAMP)
+
+# The venv itself: created once, with a Python >= 3.11.
+$(VPY):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "error: $(PYTHON) is older than 3.11; run e.g. make setup PYTHON=python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# Install is re-run only when pyproject.toml changes (the stamp is newer otherwise).
+$(STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install --upgrade pip
+	$(VPY) -m pip install -e ".[dev]"
+	$(VPY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "mrp-repro (.venv)"
+	@touch $@
+
+test: setup
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+reproduce: setup
+	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE)
+
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,480 @@
+"""Profiles: configs/<name>.yaml loaded into one frozen dataclass tree.
+
+    from mrp_repro.config import load_profile, list_profiles
+    p = load_profile("tiny")                     # or a path: load_profile("my.yaml")
+    p.mrp.num_layers, p.hash                     # 12-hex sha256 of the whole tree
+    p.section_hash("model", "backbone_training") # cache key of one stage
+    p2 = p.replace({"mrp_training.steps": 10})   # a validated copy
+
+A YAML file may start with `extends: <profile>`; its sections are then merged
+key by key over that profile's. The loaded tree is fully resolved, so the hash
+never depends on how a profile was written. Every field is type-checked against
+its annotation; unknown keys, missing keys and wrong types raise ConfigError
+naming the field. This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "Profile",
+    "ModelConfig",
+    "TokenizerConfig",
+    "DataConfig",
+    "BackboneTrainingConfig",
+    "TrajectoriesConfig",
+    "MRPConfig",
+    "MRPTrainingConfig",
+    "DecodingConfig",
+    "EvaluationConfig",
+    "load_profile",
+    "list_profiles",
+    "configs_dir",
+    "repo_root",
+]
+
+
+class ConfigError(ValueError):
+    """A profile that does not match the schema (a ValueError)."""
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def repo_root() -> Path:
+    """The repository root: $MRP_REPRO_ROOT, else the directory above the package."""
+    env = os.environ.get("MRP_REPRO_ROOT")
+    if env:
+        return Path(env).expanduser().resolve()
+    return Path(__file__).resolve().parent.parent
+
+
+def configs_dir() -> Path:
+    return repo_root() / "configs"
+
+
+# ----------------------------------------------------------------------------- schema
+
+TaskSource = Literal["gt", "gt-multi", "self"]
+RemaskRule = Literal["tau", "delta", "loo", "sequential", "logp-delta"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    source: Literal["scratch", "hub", "local"]
+    dtype: Literal["auto", "float32", "bfloat16"]
+    hub_id: str | None = None  # e.g. JetLM/SDAR-1.7B-Chat
+    revision: str | None = None  # hub revision; pin a commit sha when known
+    local_dir: str | None = None  # a directory with config.json + *.safetensors
+    # Architecture. For hub/local sources null means "read from config.json".
+    vocab_size: int | None = None  # scratch: null = the tiny tokenizer's size
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    num_layers: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    rope_theta: float | None = None
+    rms_norm_eps: float | None = None
+    max_position_embeddings: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    kind: Literal["tiny", "hub"]
+    hub_id: str | None = None  # null: the model's hub_id / local_dir
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    tasks: tuple[str, ...]
+    n_train: int
+    n_eval: int | None  # null: the whole split
+    seed: int
+    data_dir: str | None = None  # null -> $MRP_REPRO_DATA -> datasets / hub
+
+
+@dataclass(frozen=True)
+class BackboneTrainingConfig:
+    """Only used when model.source == "scratch"."""
+
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    weight_decay: float
+    ckpt_every: int
+    num_threads: int | None = None  # null: torch's default
+
+
+@dataclass(frozen=True)
+class TrajectoriesConfig:
+    sources: tuple[TaskSource, ...]
+    n_prompts: int
+    shard_size: int
+
+
+@dataclass(frozen=True)
+class MRPConfig:
+    num_layers: int
+    objective: Literal["residual", "direct"]
+    k_steps: int
+    init: Literal["normal", "structured"]
+    init_std: float
+    train_source: TaskSource
+    pretrained: str | None = None  # hub id of a released head (heavyball/sdar-*-mrp-3lyr)
+
+
+@dataclass(frozen=True)
+class MRPTrainingConfig:
+    steps: int
+    batch_size: int
+    lr: float
+    warmup_frac: float
+    min_lr_ratio: float
+    ckpt_every: int
+    heldout_frac: float
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    max_new_tokens: int
+    batch_size: int
+    thresholds: tuple[float, ...]
+    lookahead_k: tuple[int, ...]
+    speculative_k: tuple[int, ...]
+    remask_rules: tuple[RemaskRule, ...]
+    remask_delta: float
+    remask_logp_delta: float
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    n_prompts: int | None  # null: every prompt of each benchmark
+    bootstrap_samples: int
+    ci: float
+    benchmarks: tuple[str, ...]
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "tokenizer": TokenizerConfig,
+    "data": DataConfig,
+    "backbone_training": BackboneTrainingConfig,
+    "trajectories": TrajectoriesConfig,
+    "mrp": MRPConfig,
+    "mrp_training": MRPTrainingConfig,
+    "decoding": DecodingConfig,
+    "evaluation": EvaluationConfig,
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    seed: int
+    block_size: int
+    model: ModelConfig
+    tokenizer: TokenizerConfig
+    data: DataConfig
+    backbone_training: BackboneTrainingConfig
+    trajectories: TrajectoriesConfig
+    mrp: MRPConfig
+    mrp_training: MRPTrainingConfig
+    decoding: DecodingConfig
+    evaluation: EvaluationConfig
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (tuples become lists)."""
+        return _to_plain(dataclasses.asdict(self))
+
+    @property
+    def hash(self) -> str:
+        """First 12 hex chars of sha256 over the canonical JSON of the whole tree."""
+        return _digest(self.to_dict())
+
+    def section_hash(self, *sections: str) -> str:
+        """Hash of only `sections` (plus block_size and seed): a stage's cache key."""
+        d = self.to_dict()
+        unknown = [s for s in sections if s not in SECTIONS]
+        if unknown:
+            raise ConfigError(f"unknown section(s) {unknown}; valid: {sorted(SECTIONS)}")
+        sub = {"block_size": d["block_size"], "seed": d["seed"]}
+        sub.update({s: d[s] for s in sorted(set(sections))})
+        return _digest(sub)
+
+    def replace(self, overrides: dict[str, Any]) -> Profile:
+        """A validated copy with dotted-key overrides, e.g. {"mrp.num_layers": 2}."""
+        raw = self.to_dict()
+        _apply_overrides(raw, overrides)
+        return _build_profile(raw, source=f"{self.name} (with overrides)")
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_plain(v) for v in obj]
+    return obj
+
+
+def _digest(obj: Any) -> str:
+    canon = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        inner = " | ".join(_type_name(a) for a in args)
+        return f"{inner} | null" if len(args) < len(typing.get_args(tp)) else inner
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (tuple, list):
+        return f"list[{_type_name(typing.get_args(tp)[0])}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _got(value: Any) -> str:
+    kind = "null" if value is None else type(value).__name__
+    return f"{kind} {value!r}"
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against annotation `tp`; return the canonical value (lists -> tuples)."""
+    origin = typing.get_origin(tp)
+    err = ConfigError(f"{where}: expected {_type_name(tp)}, got {_got(value)}")
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise err
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, where)
+            except ConfigError:
+                continue
+        raise err
+    if origin is Literal:
+        if value in typing.get_args(tp) and isinstance(value, str):
+            return value
+        raise err
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise err
+        (item_tp, *_rest) = typing.get_args(tp)
+        return tuple(_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise err
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise err
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise err
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise err
+    raise TypeError(f"{where}: unsupported annotation {tp!r}")  # a schema bug, not a user error
+
+
+def _build_dataclass(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {_got(raw)}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in fields(cls)]
+    for key in raw:
+        if key not in hints:
+            raise ConfigError(f"unknown key {key!r} in section {where!r}; valid keys: {', '.join(valid)}")
+    kwargs = {}
+    for f in fields(cls):
+        path = f"{where}.{f.name}" if where != "<top>" else f.name
+        if f.name not in raw:
+            if f.default is dataclasses.MISSING:
+                raise ConfigError(f"missing key {f.name!r} in section {where!r}")
+            continue
+        if f.name in SECTIONS and cls is Profile:
+            kwargs[f.name] = _build_dataclass(SECTIONS[f.name], raw[f.name], f.name)
+        else:
+            kwargs[f.name] = _coerce(raw[f.name], hints[f.name], path)
+    return cls(**kwargs)
+
+
+def _check_values(p: Profile) -> None:
+    """Cross-field checks the annotations cannot express."""
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(f"profile {p.name!r}: {msg}")
+
+    need(re.fullmatch(r"[A-Za-z0-9._-]+", p.name) is not None, f"name {p.name!r} must be [A-Za-z0-9._-]+")
+    need(p.block_size > 0, "block_size must be > 0")
+    m = p.model
+    if m.source == "hub":
+        need(bool(m.hub_id), "model.source 'hub' needs model.hub_id")
+    if m.source == "local":
+        need(bool(m.local_dir), "model.source 'local' needs model.local_dir")
+    if m.source == "scratch":
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "rope_theta",
+            "rms_norm_eps",
+        ):
+            need(getattr(m, k) is not None, f"model.source 'scratch' needs model.{k}")
+        need(m.num_heads % m.num_kv_heads == 0, "model.num_heads must be a multiple of model.num_kv_heads")
+        need(p.tokenizer.kind == "tiny", "a scratch model uses tokenizer.kind 'tiny'")
+    need(p.mrp.num_layers >= 1 and p.mrp.k_steps >= 1, "mrp.num_layers and mrp.k_steps must be >= 1")
+    need(p.mrp.train_source in p.trajectories.sources, "mrp.train_source must be one of trajectories.sources")
+    need(0.0 <= p.mrp_training.heldout_frac < 1.0, "mrp_training.heldout_frac must be in [0, 1)")
+    need(0.0 <= p.mrp_training.warmup_frac < 1.0, "mrp_training.warmup_frac must be in [0, 1)")
+    need(0.0 < p.evaluation.ci < 1.0, "evaluation.ci must be in (0, 1)")
+    need(all(0.0 < t < 1.0 for t in p.decoding.thresholds), "decoding.thresholds must lie in (0, 1)")
+    need(
+        p.decoding.max_new_tokens % p.block_size == 0,
+        "decoding.max_new_tokens must be a multiple of block_size",
+    )
+
+
+def _build_profile(raw: Any, source: str) -> Profile:
+    try:
+        profile = _build_dataclass(Profile, raw, "<top>")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    _check_values(profile)
+    return profile
+
+
+def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        if len(parts) == 1:
+            section, leaf, cls, node = "<top>", parts[0], Profile, raw
+        elif len(parts) == 2 and parts[0] in SECTIONS:
+            section, leaf, cls = parts[0], parts[1], SECTIONS[parts[0]]
+            node = raw.setdefault(section, {})
+        else:
+            raise ConfigError(
+                f"override {dotted!r}: expected 'key' or 'section.key'; sections: {sorted(SECTIONS)}"
+            )
+        valid = [f.name for f in fields(cls)]
+        if leaf not in valid or (cls is Profile and leaf in SECTIONS):
+            raise ConfigError(
+                f"override {dotted!r}: unknown key {leaf!r} in section {section!r}; "
+                f"valid keys: {', '.join(valid)}"
+            )
+        node[leaf] = value
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+# YAML 1.1 (PyYAML) reads "2e-3" as a string; accept YAML 1.2 floats so lr: 2e-3 is a float.
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    if path in chain:
+        raise ConfigError(f"circular 'extends': {' -> '.join(str(p) for p in (*chain, path))}")
+    with open(path) as fh:
+        raw = yaml.load(fh, Loader=_Loader)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {_got(raw)}")
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str):
+        raise ConfigError(f"{path}: extends: expected a profile name, got {_got(parent)}")
+    if "name" not in raw:
+        raise ConfigError(f"{path}: a profile that extends {parent!r} must set its own 'name'")
+    parent_path = _resolve(parent, relative_to=path.parent)
+    return _merge(_read_yaml(parent_path, (*chain, path)), raw)
+
+
+def _resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or os.sep in name_or_path:
+        if not p.is_absolute() and relative_to is not None and not p.exists():
+            p = relative_to / p
+        if not p.is_file():
+            raise ValueError(f"profile file not found: {p}")
+        return p.resolve()
+    for d in ([relative_to] if relative_to is not None else []) + [configs_dir()]:
+        cand = d / f"{name_or_path}.yaml"
+        if cand.is_file():
+            return cand.resolve()
+    raise ValueError(f"unknown profile {name_or_path!r}; valid profiles: {', '.join(list_profiles())}")
+
+
+# ----------------------------------------------------------------------------- API
+
+
+def list_profiles() -> list[str]:
+    """Names of the shipped profiles (configs/*.yaml), sorted."""
+    return sorted(p.stem for p in configs_dir().glob("*.yaml"))
+
+
+def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> Profile:
+    """Load configs/<name>.yaml, or a YAML file path, into a validated frozen Profile.
+
+    `overrides` maps dotted keys to values ({"mrp_training.steps": 10}); they are
+    checked like the file itself.
+    """
+    if isinstance(name_or_path, Profile):
+        return name_or_path.replace(overrides) if overrides else name_or_path
+    path = _resolve(str(name_or_path))
+    raw = _read_yaml(path)
+    if path.parent == configs_dir().resolve() and raw.get("name") != path.stem:
+        raise ConfigError(f"{path}: name {raw.get('name')!r} must equal the file name {path.stem!r}")
+    if overrides:
+        _apply_overrides(raw, overrides)
+    return _build_profile(raw, source=str(path))

@@ -1,0 +1,79 @@
+"""Run every notebook, in order, on one profile.
+
+    python -m mrp_repro.reproduce --profile tiny        # what `make reproduce` runs
+    python -m mrp_repro.reproduce --profile smoke --only 00 01
+
+Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
+`mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
+writing the executed copies to runs/<profile>/notebooks/. Stops at the first
+notebook that fails, naming it and its executed copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from mrp_repro.config import load_profile, repo_root
+from mrp_repro.runtime import runs_root
+
+KERNEL = "mrp-repro"
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    nbs = sorted((repo_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        nbs = [nb for nb in nbs if nb.name[:2] in only or nb.stem in only]
+    return nbs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny", help="profile name (configs/<name>.yaml) or a YAML path")
+    ap.add_argument("--only", nargs="*", help="run only these notebooks (number prefix or stem)")
+    ap.add_argument("--kernel", default=KERNEL, help="Jupyter kernel name (default: %(default)s)")
+    args = ap.parse_args(argv)
+
+    profile = load_profile(args.profile)  # fail fast on a bad profile
+    param = args.profile
+    if Path(param).suffix in (".yaml", ".yml"):
+        param = str(Path(param).resolve())  # notebooks run with their own cwd
+    out_dir = runs_root() / profile.name / "notebooks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbs = notebooks(args.only)
+    if not nbs:
+        print("no notebooks to run (notebooks/[0-9][0-9]_*.ipynb)", file=sys.stderr)
+        return 1
+
+    import papermill as pm
+
+    print(f"profile {profile.name} ({profile.hash}): {len(nbs)} notebooks -> {out_dir}")
+    for nb in nbs:
+        out = out_dir / nb.name
+        t0 = time.perf_counter()
+        print(f"[{nb.name}] running", flush=True)
+        try:
+            pm.execute_notebook(
+                str(nb),
+                str(out),
+                parameters={"profile": param},
+                kernel_name=args.kernel,
+                cwd=str(nb.parent),
+                progress_bar=False,
+            )
+        except Exception as e:  # PapermillExecutionError, NoSuchKernel, ...
+            print(
+                f"[{nb.name}] FAILED after {time.perf_counter() - t0:.0f}s: {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
+            print(f"executed copy: {out}", file=sys.stderr)
+            return 1
+        print(f"[{nb.name}] done in {time.perf_counter() - t0:.0f}s", flush=True)
+    print(f"all {len(nbs)} notebooks ran; figures under figures/{profile.name}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Runtime: device, dtype, seeds, threads, artifact paths, provenance.
+
+    from mrp_repro import runtime
+    device = runtime.pick_device()               # $MRP_REPRO_DEVICE, else cuda, else cpu
+    dtype = runtime.pick_dtype(device)           # $MRP_REPRO_DTYPE, else bf16 on cuda, else fp32
+    runtime.seed_everything(profile.seed)
+    out = runtime.artifact_dir(profile, "mrp", profile.section_hash("model", "mrp", "mrp_training"))
+    runtime.write_json_atomic(out / "provenance.json", runtime.provenance(profile, device))
+
+Environment variables: MRP_REPRO_DEVICE (cpu, cuda, cuda:1, mps), MRP_REPRO_DTYPE
+(float32/fp32, bfloat16/bf16, float16/fp16, auto), MRP_REPRO_RUNS (artifact
+cache root, default <repo>/runs), MRP_REPRO_FIGURES (default <repo>/figures),
+MRP_REPRO_DATA (benchmark files), MRP_REPRO_ROOT (repository root).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from mrp_repro.config import repo_root
+
+if TYPE_CHECKING:
+    from mrp_repro.config import Profile
+
+__all__ = [
+    "pick_device",
+    "pick_dtype",
+    "seed_everything",
+    "set_num_threads",
+    "repo_root",
+    "runs_root",
+    "figures_root",
+    "data_dir",
+    "artifact_dir",
+    "figures_dir",
+    "provenance",
+    "write_json_atomic",
+]
+
+log = logging.getLogger(__name__)
+_logged: set[str] = set()
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def _log_once(msg: str) -> None:
+    if msg not in _logged:
+        _logged.add(msg)
+        log.info(msg)
+
+
+# ----------------------------------------------------------------------------- device / dtype
+
+
+def pick_device(requested: str | torch.device | None = None) -> torch.device:
+    """The compute device: $MRP_REPRO_DEVICE, else `requested`, else cuda if available, else cpu.
+
+    Raises RuntimeError when CUDA (or MPS) is asked for and not available.
+    """
+    env = os.environ.get("MRP_REPRO_DEVICE", "").strip()
+    if env and env != "auto":
+        choice, reason = env, "MRP_REPRO_DEVICE"
+    elif requested is not None and str(requested) != "auto":
+        choice, reason = str(requested), "requested"
+    elif torch.cuda.is_available():
+        choice, reason = "cuda", "CUDA is available"
+    else:
+        choice, reason = "cpu", "no CUDA device"
+    device = torch.device(choice)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {choice!r} ({reason}) but torch.cuda.is_available() is False")
+    if device.type == "mps" and not (
+        getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()
+    ):
+        raise RuntimeError(f"device {choice!r} ({reason}) but MPS is not available")
+    _log_once(f"device: {device} ({reason})")
+    return device
+
+
+def pick_dtype(device: str | torch.device, requested: str | torch.dtype = "auto") -> torch.dtype:
+    """The compute dtype: $MRP_REPRO_DTYPE, else `requested`; "auto": bf16 on CUDA if supported, fp32 else."""
+    device = torch.device(device)
+    env = os.environ.get("MRP_REPRO_DTYPE", "").strip().lower()
+    if isinstance(requested, torch.dtype) and not env:
+        _log_once(f"dtype: {requested} (requested)")
+        return requested
+    name, reason = (env, "MRP_REPRO_DTYPE") if env else (str(requested).lower(), "requested")
+    if name == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            dtype, reason = torch.bfloat16, "auto: bf16 supported on CUDA"
+        elif device.type == "cuda":
+            dtype, reason = torch.float32, "auto: CUDA without bf16 support"
+        else:
+            dtype, reason = torch.float32, f"auto: {device.type}"
+    elif name in _DTYPES:
+        dtype = _DTYPES[name]
+    else:
+        raise ValueError(f"unknown dtype {name!r} ({reason}); valid: auto, {', '.join(_DTYPES)}")
+    _log_once(f"dtype: {dtype} ({reason})")
+    return dtype
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def set_num_threads(n: int | None) -> int:
+    """Set torch's intra-op threads (None: leave as is); returns the number in effect."""
+    if n is not None:
+        if n < 1:
+            raise ValueError(f"num_threads must be >= 1, got {n}")
+        torch.set_num_threads(n)
+        _log_once(f"torch threads: {n}")
+    return torch.get_num_threads()
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def _env_path(var: str, default: Path) -> Path:
+    env = os.environ.get(var)
+    return Path(env).expanduser().resolve() if env else default
+
+
+def runs_root() -> Path:
+    """Artifact cache root: $MRP_REPRO_RUNS, else <repo>/runs."""
+    return _env_path("MRP_REPRO_RUNS", repo_root() / "runs")
+
+
+def figures_root() -> Path:
+    """Figures root: $MRP_REPRO_FIGURES, else <repo>/figures."""
+    return _env_path("MRP_REPRO_FIGURES", repo_root() / "figures")
+
+
+def data_dir(profile: Profile) -> Path | None:
+    """Benchmark directory: profile.data.data_dir, else $MRP_REPRO_DATA, else None (use datasets / hub)."""
+    d = profile.data.data_dir or os.environ.get("MRP_REPRO_DATA")
+    if not d:
+        return None
+    p = Path(d).expanduser()
+    return p if p.is_absolute() else (repo_root() / p).resolve()
+
+
+def artifact_dir(profile: Profile, stage: str, key_hash: str) -> Path:
+    """runs/<profile.name>/<stage>-<key_hash>/, created."""
+    for what, v in (("stage", stage), ("key_hash", key_hash)):
+        if not v or "/" in v or os.sep in v or v.startswith("."):
+            raise ValueError(f"bad {what} {v!r}: a non-empty name without path separators")
+    d = runs_root() / profile.name / f"{stage}-{key_hash}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def figures_dir(profile: Profile) -> Path:
+    """figures/<profile.name>/, created."""
+    d = figures_root() / profile.name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+# ----------------------------------------------------------------------------- provenance
+
+
+def _git(*args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type}: {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
+
+
+def provenance(profile: Profile, device: str | torch.device | None = None) -> dict[str, Any]:
+    """What produced a result: profile, code version, package versions, device, time (UTC)."""
+    dev = torch.device(device) if device is not None else pick_device()
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {
+        "profile": profile.name,
+        "profile_hash": profile.hash,
+        "git_commit": commit or "unknown",
+        "git_dirty": bool(status) if commit else None,
+        "python": platform.python_version(),
+        "mrp_repro": _version("mrp-repro"),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "triton": _version("triton"),
+        "numpy": np.__version__,
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "device": str(dev),
+        "device_name": _device_name(dev),
+        "cuda": torch.version.cuda,
+        "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Write JSON to a temporary file beside `path`, then os.replace it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,21 @@
+"""Shared fixtures. Keep this file small: module-specific fixtures live in their test files."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def tmp_runs(tmp_path, monkeypatch):
+    """Point the artifact cache and figures roots at a temporary directory."""
+    monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("MRP_REPRO_FIGURES", str(tmp_path / "figures"))
+    return tmp_path / "runs"
+
+
+@pytest.fixture(scope="session")
+def smoke_profile():
+    """The `smoke` profile (toy sizes, for tests)."""
+    from mrp_repro.config import load_profile
+
+    return load_profile("smoke")

@@ -1,0 +1,175 @@
+"""Packaging: pins in pyproject.toml and environment.yml agree; runtime paths and device choice."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+import yaml
+
+from mrp_repro.config import repo_root
+
+ROOT = repo_root()
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _parse(req: str) -> tuple[str, str]:
+    """'Name==1.2; marker' -> ('name', '==1.2; marker') with normalised spacing."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*([^;]*?)\s*(?:;\s*(.*))?", req)
+    assert m, f"cannot parse requirement {req!r}"
+    name, spec, marker = m.groups()
+    marker = re.sub(r"\s+", " ", marker.replace('"', "'")).strip() if marker else ""
+    return _norm(name), spec.replace(" ", "") + (f"; {marker}" if marker else "")
+
+
+def _pyproject_pins() -> dict[str, str]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(data["dependencies"]) + [
+        r for rs in data.get("optional-dependencies", {}).values() for r in rs
+    ]
+    return dict(_parse(r) for r in reqs)
+
+
+def _conda_pins() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    return dict(_parse(r) for r in pip if not r.startswith("-"))
+
+
+def test_pyproject_pins_are_exact():
+    for name, spec in _pyproject_pins().items():
+        assert spec.startswith("==") and re.match(r"==[0-9][^,<>=!~*]*$", spec.split(";")[0]), (name, spec)
+
+
+def test_environment_yml_matches_pyproject():
+    py, conda = _pyproject_pins(), _conda_pins()
+    assert py == conda, {
+        "only in pyproject": sorted(set(py) - set(conda)),
+        "only in environment.yml": sorted(set(conda) - set(py)),
+        "differ": {k: (py[k], conda[k]) for k in set(py) & set(conda) if py[k] != conda[k]},
+    }
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert "python=3.11" in env["dependencies"] and "pip" in env["dependencies"]
+
+
+def test_library_imports_are_pinned():
+    """Every third-party distribution mrp_repro imports is pinned (uninstalled optional ones skipped)."""
+    pinned = set(_pyproject_pins())
+    dists = importlib.metadata.packages_distributions()
+    unpinned = {}
+    for path in sorted((ROOT / "mrp_repro").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top == "mrp_repro" or top in sys.stdlib_module_names:
+                    continue
+                owners = {_norm(d) for d in dists.get(top, [])}
+                if owners and not owners & pinned:
+                    unpinned.setdefault(top, []).append(str(path.relative_to(ROOT)))
+    assert not unpinned, f"imported but not pinned in pyproject.toml: {unpinned}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_test_runs_pytest():
+    out = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "test", "PYTEST_ARGS=-k foo"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert ".venv/bin/python -m pytest -q -k foo" in out.stdout
+
+
+def test_ci_run_is_executable():
+    ci = ROOT / ".ci" / "run"
+    assert ci.stat().st_mode & 0o111 and "make test" in ci.read_text()
+
+
+# ----------------------------------------------------------------------------- runtime
+
+
+def test_artifact_paths_honour_env(tmp_runs, smoke_profile):
+    from mrp_repro import runtime
+
+    assert runtime.runs_root() == tmp_runs.resolve()
+    key = smoke_profile.section_hash("model", "backbone_training")
+    d = runtime.artifact_dir(smoke_profile, "backbone", key)
+    assert d == tmp_runs.resolve() / "smoke" / f"backbone-{key}" and d.is_dir()
+    f = runtime.figures_dir(smoke_profile)
+    assert f.is_dir() and f.name == "smoke" and tmp_runs.parent.resolve() in f.parents
+    with pytest.raises(ValueError):
+        runtime.artifact_dir(smoke_profile, "../escape", key)
+
+
+def test_write_json_atomic_and_provenance(tmp_path, smoke_profile):
+    import json
+
+    from mrp_repro import runtime
+
+    prov = runtime.provenance(smoke_profile, device="cpu")
+    for k in (
+        "profile",
+        "profile_hash",
+        "git_commit",
+        "git_dirty",
+        "python",
+        "torch",
+        "transformers",
+        "triton",
+        "device",
+        "device_name",
+        "timestamp",
+    ):
+        assert k in prov
+    assert prov["profile_hash"] == smoke_profile.hash and prov["device"] == "cpu"
+    out = runtime.write_json_atomic(tmp_path / "a" / "prov.json", prov)
+    assert json.loads(out.read_text()) == prov
+    assert [p.name for p in out.parent.iterdir()] == ["prov.json"]
+
+
+def test_pick_device_env_override(monkeypatch):
+    import torch
+
+    from mrp_repro import runtime
+
+    monkeypatch.setenv("MRP_REPRO_DEVICE", "cpu")
+    assert runtime.pick_device() == torch.device("cpu")
+    assert runtime.pick_device("cuda") == torch.device("cpu")  # the environment wins
+    monkeypatch.delenv("MRP_REPRO_DEVICE")
+    assert runtime.pick_device("cpu") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert runtime.pick_device().type == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError):
+            runtime.pick_device("cuda")
+
+
+def test_pick_dtype(monkeypatch):
+    import torch
+
+    from mrp_repro import runtime
+
+    monkeypatch.delenv("MRP_REPRO_DTYPE", raising=False)
+    assert runtime.pick_dtype("cpu") == torch.float32
+    assert runtime.pick_dtype("cpu", "bfloat16") == torch.bfloat16
+    monkeypatch.setenv("MRP_REPRO_DTYPE", "bf16")
+    assert runtime.pick_dtype("cpu", "float32") == torch.bfloat16
+    monkeypatch.setenv("MRP_REPRO_DTYPE", "int3")
+    with pytest.raises(ValueError, match="int3"):
+        runtime.pick_dtype("cpu")
