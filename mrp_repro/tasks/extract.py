@@ -1,0 +1,252 @@
+"""Answer extraction and scoring for math and code outputs.
+
+Math (GSM8K, MATH500, synthetic math)
+-------------------------------------
+``extract_math_answer(text)`` looks, in order, for
+
+1. the LAST ``\\boxed{...}`` or ``\\fbox{...}`` with balanced braces (so
+   ``\\boxed{\\frac{1}{2}}`` yields ``\\frac{1}{2}``); ``\\boxed 5`` (no braces)
+   is accepted too.  A box whose braces never close (output cut off) is
+   skipped in favour of an earlier, complete one;
+2. the last "answer is X" (``The answer is 42.`` -> ``42``);
+3. the last "#### X" (GSM8K's own format);
+
+and returns ``None`` when none is present.  ``math_equal(pred, gold)`` first
+compares normalised strings, then asks ``math_verify`` (``parse`` + ``verify``)
+whether the two are mathematically equal; both sides are wrapped in
+``\\boxed{}`` (then ``$...$``) so that plain numbers, ``1,000``, ``\\$18``,
+``18.00``, ``\\frac12`` and ``0.5`` all parse.  Any exception or timeout counts
+as "not equal".  ``math_verify`` times out with SIGALRM, which only works in the
+main thread; elsewhere it runs without a timeout.
+
+Code (HumanEval, MBPP, synthetic code)
+--------------------------------------
+``extract_code(text, prompt=None, entry_point=None)`` returns the FIRST fenced
+code block tagged ``python``/``py``/``python3`` or untagged (blocks in other
+languages are skipped).  An opening fence that never closes (generation hit the
+length limit) yields the rest of the text.  With no fenced block it returns
+``None``: the prompts ask for a fenced block, and guessing code out of prose
+would score outputs that did not follow the format (OpenCompass does the same
+for these prompt variants).  When ``prompt`` is given (HumanEval) and the block
+does not define ``entry_point`` (taken from the prompt's last ``def`` when not
+given), the block is taken to be the function body: it is indented if needed
+and appended to the prompt.  When the block does define the function, the
+prompt's import lines are put in front (models often drop
+``from typing import List``).
+
+``score_code(output_text, problem)`` builds program = code + tests
+(``build_test_program``) and runs it in :mod:`mrp_repro.tasks.sandbox`.
+``problem.reference`` holds the test code: HumanEval's ``check`` function (the
+call ``check(entry_point)`` is appended) or MBPP's imports + asserts.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any, Optional
+
+from mrp_repro.tasks.sandbox import run_program
+
+__all__ = [
+    "extract_math_answer",
+    "math_equal",
+    "score_math",
+    "extract_code",
+    "build_test_program",
+    "score_code",
+]
+
+# --------------------------------------------------------------------------- math
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
+
+
+def _braced(text: str, start: int) -> Optional[str]:
+    """Content of the balanced ``{...}`` opening at ``text[start]``, else None."""
+    depth = 0
+    for i in range(start, len(text)):
+        c = text[i]
+        if c == "{" and text[i - 1 : i] != "\\":
+            depth += 1
+        elif c == "}" and text[i - 1 : i] != "\\":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+    return None  # never closed
+
+
+def _last_boxed(text: str) -> Optional[str]:
+    for m in reversed(list(_BOX_RE.finditer(text))):
+        j = m.end()
+        while j < len(text) and text[j] == " ":
+            j += 1
+        if j < len(text) and text[j] == "{":
+            content = _braced(text, j)
+        else:  # "\boxed 5": a single token after a space
+            tok = re.match(r"\s*([^\s$]+)", text[m.end() :])
+            content = tok.group(1) if tok and m.end() < len(text) and text[m.end()] == " " else None
+        if content is not None and content.strip():
+            return content.strip()
+    return None
+
+
+_ANSWER_IS_RE = re.compile(r"answer\s+is\s*:?\s*(.+)", re.IGNORECASE)
+_HASHES_RE = re.compile(r"####\s*(.+)")
+
+
+def _clean_tail(ans: str) -> Optional[str]:
+    ans = ans.strip()
+    ans = re.sub(r"^\*+|\*+$", "", ans).strip()  # markdown bold
+    # Cut a trailing sentence end ("42." / "42. So ...") but keep decimals ("0.5").
+    ans = re.split(r"\.(?:\s|$)", ans, maxsplit=1)[0].strip()
+    ans = ans.strip("$ ").rstrip(".").strip()
+    ans = re.sub(r"^\*+|\*+$", "", ans).strip()
+    return ans or None
+
+
+def extract_math_answer(text: str) -> Optional[str]:
+    """The final answer of a math solution; see the module docstring."""
+    if not text:
+        return None
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        return boxed
+    hits = _ANSWER_IS_RE.findall(text)
+    if hits:
+        ans = _clean_tail(hits[-1])
+        if ans:
+            return ans
+    hits = _HASHES_RE.findall(text)
+    if hits:
+        return _clean_tail(hits[-1])
+    return None
+
+
+def _normalise(s: str) -> str:
+    s = s.strip().strip("$").strip()
+    s = s.replace("\\$", "").replace("\\!", "").replace("\\,", "").replace(" ", "")
+    s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
+    s = s.replace("\\left", "").replace("\\right", "").replace("dfrac", "frac").replace("tfrac", "frac")
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
+        s = s.replace(",", "")
+    return s.rstrip(".")
+
+
+def _wrappings(s: str) -> list[str]:
+    s = s.strip()
+    if "\\boxed" in s or "\\fbox" in s:
+        return [s]
+    inner = s.strip("$").strip()
+    return [f"\\boxed{{{inner}}}", f"${inner}$", inner]
+
+
+def math_equal(pred: Optional[str], gold: Optional[str]) -> bool:
+    """True when ``pred`` and ``gold`` are the same answer; never raises."""
+    if pred is None or gold is None:
+        return False
+    pred, gold = str(pred), str(gold)
+    try:
+        if _normalise(pred) == _normalise(gold):
+            return True
+    except Exception:
+        pass
+    try:
+        from math_verify import parse, verify
+    except ImportError:  # pragma: no cover - math-verify is a pinned dependency
+        return False
+    # SIGALRM-based timeouts only work in the main thread.
+    t = 5 if threading.current_thread() is threading.main_thread() else None
+    try:
+        gold_parsed = next((p for w in _wrappings(gold) if (p := parse(w, parsing_timeout=t))), None)
+        if not gold_parsed:
+            return False
+        for w in _wrappings(pred):
+            pred_parsed = parse(w, parsing_timeout=t)
+            if pred_parsed and verify(gold_parsed, pred_parsed, timeout_seconds=t):
+                return True
+    except BaseException as e:  # math_verify raises TimeoutException etc.
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return False
+    return False
+
+
+def score_math(output_text: str, gold: str) -> dict[str, Any]:
+    """``{"correct": bool, "extracted": str | None}`` for one math output."""
+    extracted = extract_math_answer(output_text)
+    return {"correct": extracted is not None and math_equal(extracted, gold), "extracted": extracted}
+
+
+# --------------------------------------------------------------------------- code
+
+_FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n", re.MULTILINE)
+_CLOSE_RE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
+_PY_TAGS = {"", "python", "py", "python3", "py3", "Python"}
+
+
+def _first_python_block(text: str) -> Optional[str]:
+    pos = 0
+    while True:
+        m = _FENCE_RE.search(text, pos)
+        if m is None:
+            return None
+        close = _CLOSE_RE.search(text, m.end())
+        body = text[m.end() : close.start()] if close else text[m.end() :]
+        if m.group(1) in _PY_TAGS:
+            return body
+        if close is None:
+            return None
+        pos = close.end()
+
+
+def _entry_point_from_prompt(prompt: str) -> Optional[str]:
+    names = re.findall(r"^def\s+([A-Za-z_]\w*)\s*\(", prompt, re.MULTILINE)
+    return names[-1] if names else None
+
+
+def extract_code(text: str, prompt: Optional[str] = None, entry_point: Optional[str] = None) -> Optional[str]:
+    """The program in a model output, or None; see the module docstring."""
+    if not text:
+        return None
+    code = _first_python_block(text)
+    if code is None:
+        return None
+    code = code.rstrip() + "\n"
+    if prompt is None:
+        return code
+    entry_point = entry_point or _entry_point_from_prompt(prompt)
+    if entry_point and re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
+        imports = [ln for ln in prompt.splitlines() if re.match(r"(import|from)\s+\w", ln)]
+        return ("\n".join(imports) + "\n\n" + code) if imports else code
+    # Only the body: make sure it is indented under the prompt's signature.
+    lines = code.splitlines()
+    first = next((ln for ln in lines if ln.strip()), "")
+    if first and not first[0].isspace():
+        code = "\n".join(("    " + ln) if ln.strip() else ln for ln in lines) + "\n"
+    return prompt.rstrip("\n") + "\n" + code
+
+
+def build_test_program(code: str, problem: Any) -> str:
+    """Program that exits 0 iff ``code`` passes ``problem.reference``'s tests."""
+    tests = problem.reference
+    program = code.rstrip() + "\n\n\n" + tests.rstrip() + "\n"
+    if re.search(r"^def\s+check\s*\(", tests, re.MULTILINE) and problem.entry_point:
+        program += f"\n\ncheck({problem.entry_point})\n"
+    return program
+
+
+def score_code(output_text: str, problem: Any, timeout_s: float = 10.0, memory_mb: int = 1024) -> dict[str, Any]:
+    """``{"correct", "extracted", "status"}`` for one code output.
+
+    ``status`` is the sandbox status, or ``"no_code"`` when no fenced block
+    was found (then nothing is run).
+    """
+    prompt = None
+    if problem.benchmark == "humaneval":
+        prompt = problem.extra.get("prompt", problem.prompt_text)
+    extracted = extract_code(output_text, prompt=prompt, entry_point=problem.entry_point if prompt else None)
+    if extracted is None:
+        return {"correct": False, "extracted": None, "status": "no_code"}
+    result = run_program(build_test_program(extracted, problem), timeout_s=timeout_s, memory_mb=memory_mb)
+    return {"correct": result.status == "passed", "extracted": extracted, "status": result.status}
