@@ -25,7 +25,9 @@ needs_data = pytest.mark.skipif(
 
 
 @needs_data
-@pytest.mark.parametrize("name, count", [("gsm8k", 1319), ("math500", 500), ("humaneval", 164), ("mbpp", 257)])
+@pytest.mark.parametrize(
+    "name, count", [("gsm8k", 1319), ("math500", 500), ("humaneval", 164), ("mbpp", 257)]
+)
 def test_counts(name, count):
     problems = load_benchmark(name, data_dir=DATA)
     assert len(problems) == count
@@ -54,7 +56,8 @@ def test_fields():
 def test_env_variable_is_used(monkeypatch, tmp_path):
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "test.jsonl").write_text(
-        '{"question": "1+1?", "answer": "1+1=2\\n#### 2"}\n', encoding="utf-8")
+        '{"question": "1+1?", "answer": "1+1=2\\n#### 2"}\n', encoding="utf-8"
+    )
     monkeypatch.setenv("MRP_REPRO_DATA", str(tmp_path))
     [p] = load_benchmark("gsm8k")
     assert (p.prompt_text, p.reference) == ("1+1?", "2")
@@ -84,14 +87,24 @@ def test_prompts():
     g = load_benchmark("gsm8k", data_dir=DATA, limit=1)[0]
     [msg] = build_messages(g)
     assert msg["role"] == "user"
-    assert msg["content"] == g.prompt_text + "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    assert (
+        msg["content"]
+        == g.prompt_text + "\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
     h = load_benchmark("humaneval", limit=1)[0]
     content = build_messages(h)[0]["content"]
-    assert content.startswith("Complete the following python code:\n" + h.prompt_text) and "```python" in content
+    assert (
+        content.startswith("Complete the following python code:\n" + h.prompt_text) and "```python" in content
+    )
     mb = load_benchmark("mbpp", data_dir=DATA, limit=1)[0]
     content = build_messages(mb)[0]["content"]
-    assert content.startswith("You are an expert Python programmer, and here is your task: " + mb.prompt_text
-                              + " Your code should pass these tests:\n\n" + mb.extra["test_list"][0] + "\n")
+    assert content.startswith(
+        "You are an expert Python programmer, and here is your task: "
+        + mb.prompt_text
+        + " Your code should pass these tests:\n\n"
+        + mb.extra["test_list"][0]
+        + "\n"
+    )
     assert "```python" in content
 
 
@@ -120,7 +133,11 @@ def test_gold_solutions_score_correct():
 def test_canonical_code_solutions_pass_in_sandbox():
     h = load_benchmark("humaneval", limit=1)[0]
     out = "```python\n" + h.extra["canonical_solution"] + "\n```"  # body only: prompt is prepended
-    assert score_code(out, h) == {"correct": True, "extracted": score_code(out, h)["extracted"], "status": "passed"}
+    assert score_code(out, h) == {
+        "correct": True,
+        "extracted": score_code(out, h)["extracted"],
+        "status": "passed",
+    }
     wrong = "```python\n" + h.prompt_text + "    return False\n```"
     assert not score_code(wrong, h)["correct"]
     mb = load_benchmark("mbpp", data_dir=DATA, limit=1)[0]

@@ -26,52 +26,61 @@ MATH_NESTED = (
 )
 
 
-@pytest.mark.parametrize("text, expected", [
-    (GSM8K_OUT, "18"),
-    ("The probability is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
-    (MATH_NESTED, "\\left( 3, \\frac{\\pi}{2} \\right)"),
-    # multiple boxes: the last one is the final answer
-    ("First try: \\boxed{12}. Wait, I made an error. Correct: \\boxed{14}", "14"),
-    ("\\fbox{7}", "7"),
-    ("so $x = \\boxed 5$", "5"),
-    ("Set: \\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
-    # a box cut off by the length limit: fall back to the earlier complete one
-    ("\\boxed{3} ... hmm so \\boxed{\\frac{1", "3"),
-    ("Adding these up, the answer is 42.", "42"),
-    ("Therefore, the final answer is: $0.5$. Done.", "0.5"),
-    ("The answer is **1,234**", "1,234"),
-    ("She pays 1000 + 234 = 1234 dollars.\n#### 1,234", "1,234"),
-    ("I am not sure how to solve this problem.", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (GSM8K_OUT, "18"),
+        ("The probability is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        (MATH_NESTED, "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        # multiple boxes: the last one is the final answer
+        ("First try: \\boxed{12}. Wait, I made an error. Correct: \\boxed{14}", "14"),
+        ("\\fbox{7}", "7"),
+        ("so $x = \\boxed 5$", "5"),
+        ("Set: \\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        # a box cut off by the length limit: fall back to the earlier complete one
+        ("\\boxed{3} ... hmm so \\boxed{\\frac{1", "3"),
+        ("Adding these up, the answer is 42.", "42"),
+        ("Therefore, the final answer is: $0.5$. Done.", "0.5"),
+        ("The answer is **1,234**", "1,234"),
+        ("She pays 1000 + 234 = 1234 dollars.\n#### 1,234", "1,234"),
+        ("I am not sure how to solve this problem.", None),
+        ("", None),
+    ],
+)
 def test_extract_math_answer(text, expected):
     assert extract_math_answer(text) == expected
 
 
-@pytest.mark.parametrize("pred, gold", [
-    ("18", "18"),
-    ("18.00", "18"),
-    ("\\$18", "18"),
-    ("$18$", "18"),
-    ("1,234", "1234"),
-    ("0.5", "\\frac{1}{2}"),
-    ("\\frac12", "0.5"),
-    ("\\dfrac{1}{2}", "\\frac{1}{2}"),
-    ("(3, \\pi/2)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
-    ("x = 5", "5"),
-    ("\\text{Monday}", "\\text{Monday}"),
-])
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("18", "18"),
+        ("18.00", "18"),
+        ("\\$18", "18"),
+        ("$18$", "18"),
+        ("1,234", "1234"),
+        ("0.5", "\\frac{1}{2}"),
+        ("\\frac12", "0.5"),
+        ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+        ("(3, \\pi/2)", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("x = 5", "5"),
+        ("\\text{Monday}", "\\text{Monday}"),
+    ],
+)
 def test_math_equal_equivalent_forms(pred, gold):
     assert math_equal(pred, gold)
 
 
-@pytest.mark.parametrize("pred, gold", [
-    ("17", "18"),
-    ("0.25", "\\frac{1}{2}"),
-    (None, "18"),
-    ("", "18"),
-    ("\\frac{", "18"),  # unparseable -> False, never raises
-])
+@pytest.mark.parametrize(
+    "pred, gold",
+    [
+        ("17", "18"),
+        ("0.25", "\\frac{1}{2}"),
+        (None, "18"),
+        ("", "18"),
+        ("\\frac{", "18"),  # unparseable -> False, never raises
+    ],
+)
 def test_math_equal_rejects(pred, gold):
     assert not math_equal(pred, gold)
 
@@ -87,19 +96,28 @@ def test_score_math():
 
 ADD_PROMPT = 'def add(a: int, b: int) -> int:\n    """Return a + b.\n    >>> add(1, 2)\n    3\n    """\n'
 HE_PROBLEM = Problem(
-    "HumanEval/x", "humaneval", ADD_PROMPT,
+    "HumanEval/x",
+    "humaneval",
+    ADD_PROMPT,
     "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n",
-    "add", {"prompt": ADD_PROMPT},
+    "add",
+    {"prompt": ADD_PROMPT},
 )
 MBPP_PROBLEM = Problem(
-    "mbpp/x", "mbpp", "Write a function to square a number.",
-    "import math\nassert square(3) == 9\nassert square(-2) == 4\n", "square",
+    "mbpp/x",
+    "mbpp",
+    "Write a function to square a number.",
+    "import math\nassert square(3) == 9\nassert square(-2) == 4\n",
+    "square",
     {"test_list": ["assert square(3) == 9", "assert square(-2) == 4"], "test_imports": ["import math"]},
 )
 
 
 def test_extract_code_python_block_with_text_around():
-    text = "Sure! Here is the code:\n```python\ndef f(x):\n    return x\n```\nThis returns x.\n```python\nother\n```"
+    text = (
+        "Sure! Here is the code:\n```python\ndef f(x):\n    return x\n```\n"
+        "This returns x.\n```python\nother\n```"
+    )
     assert extract_code(text) == "def f(x):\n    return x\n"
 
 
@@ -123,8 +141,10 @@ def test_extract_code_humaneval_body_only_gets_prompt():
     flat = extract_code("```python\nreturn a + b\n```", prompt=ADD_PROMPT, entry_point="add")
     assert flat.endswith("\n    return a + b\n")
     # a full function is kept as is (plus the prompt's imports)
-    full = extract_code("```python\ndef add(a, b):\n    return a + b\n```",
-                        prompt="from typing import List\n\n\n" + ADD_PROMPT)
+    full = extract_code(
+        "```python\ndef add(a, b):\n    return a + b\n```",
+        prompt="from typing import List\n\n\n" + ADD_PROMPT,
+    )
     assert full == "from typing import List\n\ndef add(a, b):\n    return a + b\n"
 
 
@@ -153,6 +173,9 @@ def test_score_code_mbpp_pass_and_fail():
 
 def test_score_code_no_block_and_timeout():
     assert score_code("def square(x): return x*x", MBPP_PROBLEM) == {
-        "correct": False, "extracted": None, "status": "no_code"}
+        "correct": False,
+        "extracted": None,
+        "status": "no_code",
+    }
     r = score_code("```python\ndef square(x):\n    while True: pass\n```", MBPP_PROBLEM, timeout_s=0.5)
     assert r["status"] == "timeout" and not r["correct"]

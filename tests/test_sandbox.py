@@ -54,22 +54,28 @@ def test_syntax_error_is_failed():
 
 
 def test_fork_loop_is_blocked_and_leaves_no_process():
-    r = run_program(_src("""
+    r = run_program(
+        _src("""
         import os
         while True:
             os.fork()
-        """), timeout_s=5)
+        """),
+        timeout_s=5,
+    )
     assert r.status == "error"
     assert "SandboxViolation" in r.stderr and "os.fork" in r.stderr
     assert _group_members(r.pid) == []
 
 
-@pytest.mark.parametrize("code", [
-    "import subprocess\nsubprocess.run(['sleep', '30'])\n",
-    "import os\nos.system('sleep 30')\n",
-    "import _posixsubprocess\n_posixsubprocess.fork_exec()\n",
-    "import multiprocessing\np = multiprocessing.Process(target=print)\np.start()\n",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import subprocess\nsubprocess.run(['sleep', '30'])\n",
+        "import os\nos.system('sleep 30')\n",
+        "import _posixsubprocess\n_posixsubprocess.fork_exec()\n",
+        "import multiprocessing\np = multiprocessing.Process(target=print)\np.start()\n",
+    ],
+)
 def test_other_process_creation_is_blocked(code):
     r = run_program(code, timeout_s=5)
     assert r.status == "error" and "SandboxViolation" in r.stderr
@@ -78,12 +84,16 @@ def test_other_process_creation_is_blocked(code):
 
 def test_background_child_is_killed_even_without_guard():
     # Layer 1 on its own: a child left sleeping in the group is SIGKILLed.
-    r = run_program(_src("""
+    r = run_program(
+        _src("""
         import os, time
         if os.fork() == 0:
             time.sleep(60)
         print("parent done")
-        """), timeout_s=5, guard=False)
+        """),
+        timeout_s=5,
+        guard=False,
+    )
     assert r.status == "passed" and "parent done" in r.stdout
     time.sleep(0.1)
     assert _group_members(r.pid) == []
@@ -108,7 +118,7 @@ def test_huge_allocation_is_refused():
     assert r.status == "memory"  # RLIMIT_AS -> MemoryError
     assert "allocated" not in r.stdout
     # The host is fine: this process can still allocate and compute.
-    assert sum(bytearray(10 ** 6)) == 0
+    assert sum(bytearray(10**6)) == 0
 
 
 def test_write_outside_sandbox_is_refused(tmp_path):
@@ -148,14 +158,16 @@ def test_network_and_limit_raising_are_refused():
 
 
 def test_writes_inside_sandbox_are_allowed_and_cleaned_up():
-    r = run_program(_src("""
+    r = run_program(
+        _src("""
         import os, shutil, pathlib
         pathlib.Path('d').mkdir()
         pathlib.Path('d/f.txt').write_text('x')
         shutil.rmtree('d')
         open('out.txt', 'w').write('ok')
         print(os.getcwd())
-        """))
+        """)
+    )
     assert r.status == "passed", r.stderr
     assert not os.path.exists(r.stdout.strip())  # temp dir deleted
 

@@ -71,7 +71,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 __all__ = [
     "Problem",
@@ -91,8 +91,7 @@ BENCHMARKS = ("gsm8k", "math500", "humaneval", "mbpp")
 
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 HUMANEVAL_TEMPLATE = (
-    "Complete the following python code:\n{prompt}\n"
-    "Please put your completed code in a ```python code block."
+    "Complete the following python code:\n{prompt}\nPlease put your completed code in a ```python code block."
 )
 MBPP_TEMPLATE = (
     "You are an expert Python programmer, and here is your task: {prompt} "
@@ -143,15 +142,17 @@ class BenchmarkDataUnavailable(RuntimeError):
 # ------------------------------------------------------------------ loading
 
 
-def _local_root(data_dir: Optional[os.PathLike | str]) -> Optional[Path]:
+def _local_root(data_dir: os.PathLike | str | None) -> Path | None:
     if data_dir is not None:
         return Path(data_dir)
     env = os.environ.get(DATA_ENV)
     return Path(env) if env else None
 
 
-def _unavailable(name: str, root: Optional[Path], cause: BaseException | None) -> BenchmarkDataUnavailable:
-    where = f"{root / _LOCAL[name]}" if root is not None else f"no local folder (data_dir / ${DATA_ENV} unset)"
+def _unavailable(name: str, root: Path | None, cause: BaseException | None) -> BenchmarkDataUnavailable:
+    where = (
+        f"{root / _LOCAL[name]}" if root is not None else f"no local folder (data_dir / ${DATA_ENV} unset)"
+    )
     hub = _HUB[name]
     msg = (
         f"benchmark {name!r}: no data. Local file: {where} not found; the Hugging Face hub "
@@ -170,7 +171,11 @@ def _from_hub(name: str) -> list[dict]:
     import datasets  # slow import; only when really needed
 
     repo, config, split = _HUB[name]
-    ds = datasets.load_dataset(repo, config, split=split) if config else datasets.load_dataset(repo, split=split)
+    ds = (
+        datasets.load_dataset(repo, config, split=split)
+        if config
+        else datasets.load_dataset(repo, split=split)
+    )
     return [dict(r) for r in ds]
 
 
@@ -206,7 +211,7 @@ def _math500(records: list[dict]) -> list[Problem]:
     return out
 
 
-def _mbpp_entry_point(first_assert: str) -> Optional[str]:
+def _mbpp_entry_point(first_assert: str) -> str | None:
     """Name of the function the first assert calls (the one the task asks for)."""
     try:
         tree = ast.parse(first_assert.strip())
@@ -228,10 +233,21 @@ def _mbpp(records: list[dict], all_splits: bool = False) -> list[Problem]:
         if not all_splits and tid not in MBPP_TEST_IDS:
             continue
         tests = list(r["test_imports"]) + list(r["test_list"])
-        extra = {k: (list(r[k]) if isinstance(r[k], list) else r[k])
-                 for k in ("code", "test_list", "test_imports", "source_file") if k in r}
-        out.append(Problem(f"mbpp/{tid}", "mbpp", r["prompt"], "\n".join(tests) + "\n",
-                           _mbpp_entry_point(r["test_list"][0]), extra))
+        extra = {
+            k: (list(r[k]) if isinstance(r[k], list) else r[k])
+            for k in ("code", "test_list", "test_imports", "source_file")
+            if k in r
+        }
+        out.append(
+            Problem(
+                f"mbpp/{tid}",
+                "mbpp",
+                r["prompt"],
+                "\n".join(tests) + "\n",
+                _mbpp_entry_point(r["test_list"][0]),
+                extra,
+            )
+        )
     return out
 
 
@@ -251,14 +267,23 @@ def _humaneval() -> list[Problem]:
             ) from e2
     out = []
     for r in items:
-        out.append(Problem(r["task_id"], "humaneval", r["prompt"], r["test"], r["entry_point"],
-                           {"prompt": r["prompt"], "canonical_solution": r["canonical_solution"]}))
+        out.append(
+            Problem(
+                r["task_id"],
+                "humaneval",
+                r["prompt"],
+                r["test"],
+                r["entry_point"],
+                {"prompt": r["prompt"], "canonical_solution": r["canonical_solution"]},
+            )
+        )
     out.sort(key=lambda p: int(p.task_id.split("/")[1]))
     return out
 
 
-def load_benchmark(name: str, data_dir: Optional[os.PathLike | str] = None,
-                   limit: Optional[int] = None) -> list[Problem]:
+def load_benchmark(
+    name: str, data_dir: os.PathLike | str | None = None, limit: int | None = None
+) -> list[Problem]:
     """Problems of benchmark ``name`` (see the module docstring), first ``limit`` only if given."""
     key = name.lower().replace("-", "").replace("_", "")
     key = {"math": "math500", "sanitizedmbpp": "mbpp", "openaihumaneval": "humaneval"}.get(key, key)
@@ -283,8 +308,9 @@ def build_messages(problem: Problem) -> list[dict[str, str]]:
     elif b == "humaneval":
         content = HUMANEVAL_TEMPLATE.format(prompt=problem.extra.get("prompt", problem.prompt_text))
     elif b == "mbpp":
-        tests = problem.extra.get("test_list") or [ln for ln in problem.reference.splitlines()
-                                                   if ln.startswith("assert")]
+        tests = problem.extra.get("test_list") or [
+            ln for ln in problem.reference.splitlines() if ln.startswith("assert")
+        ]
         content = MBPP_TEMPLATE.format(prompt=problem.prompt_text, tests="\n".join(tests))
     else:
         raise ValueError(f"no prompt template for benchmark {b!r}; valid: {', '.join(BENCHMARKS)}")

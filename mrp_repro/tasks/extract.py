@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from mrp_repro.tasks.sandbox import run_program
 
@@ -62,7 +62,7 @@ __all__ = [
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 
 
-def _braced(text: str, start: int) -> Optional[str]:
+def _braced(text: str, start: int) -> str | None:
     """Content of the balanced ``{...}`` opening at ``text[start]``, else None."""
     depth = 0
     for i in range(start, len(text)):
@@ -76,7 +76,7 @@ def _braced(text: str, start: int) -> Optional[str]:
     return None  # never closed
 
 
-def _last_boxed(text: str) -> Optional[str]:
+def _last_boxed(text: str) -> str | None:
     for m in reversed(list(_BOX_RE.finditer(text))):
         j = m.end()
         while j < len(text) and text[j] == " ":
@@ -95,7 +95,7 @@ _ANSWER_IS_RE = re.compile(r"answer\s+is\s*:?\s*(.+)", re.IGNORECASE)
 _HASHES_RE = re.compile(r"####\s*(.+)")
 
 
-def _clean_tail(ans: str) -> Optional[str]:
+def _clean_tail(ans: str) -> str | None:
     ans = ans.strip()
     ans = re.sub(r"^\*+|\*+$", "", ans).strip()  # markdown bold
     # Cut a trailing sentence end ("42." / "42. So ...") but keep decimals ("0.5").
@@ -105,7 +105,7 @@ def _clean_tail(ans: str) -> Optional[str]:
     return ans or None
 
 
-def extract_math_answer(text: str) -> Optional[str]:
+def extract_math_answer(text: str) -> str | None:
     """The final answer of a math solution; see the module docstring."""
     if not text:
         return None
@@ -141,7 +141,7 @@ def _wrappings(s: str) -> list[str]:
     return [f"\\boxed{{{inner}}}", f"${inner}$", inner]
 
 
-def math_equal(pred: Optional[str], gold: Optional[str]) -> bool:
+def math_equal(pred: str | None, gold: str | None) -> bool:
     """True when ``pred`` and ``gold`` are the same answer; never raises."""
     if pred is None or gold is None:
         return False
@@ -185,7 +185,7 @@ _CLOSE_RE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
 _PY_TAGS = {"", "python", "py", "python3", "py3", "Python"}
 
 
-def _first_python_block(text: str) -> Optional[str]:
+def _first_python_block(text: str) -> str | None:
     pos = 0
     while True:
         m = _FENCE_RE.search(text, pos)
@@ -200,12 +200,12 @@ def _first_python_block(text: str) -> Optional[str]:
         pos = close.end()
 
 
-def _entry_point_from_prompt(prompt: str) -> Optional[str]:
+def _entry_point_from_prompt(prompt: str) -> str | None:
     names = re.findall(r"^def\s+([A-Za-z_]\w*)\s*\(", prompt, re.MULTILINE)
     return names[-1] if names else None
 
 
-def extract_code(text: str, prompt: Optional[str] = None, entry_point: Optional[str] = None) -> Optional[str]:
+def extract_code(text: str, prompt: str | None = None, entry_point: str | None = None) -> str | None:
     """The program in a model output, or None; see the module docstring."""
     if not text:
         return None
@@ -236,7 +236,9 @@ def build_test_program(code: str, problem: Any) -> str:
     return program
 
 
-def score_code(output_text: str, problem: Any, timeout_s: float = 10.0, memory_mb: int = 1024) -> dict[str, Any]:
+def score_code(
+    output_text: str, problem: Any, timeout_s: float = 10.0, memory_mb: int = 1024
+) -> dict[str, Any]:
     """``{"correct", "extracted", "status"}`` for one code output.
 
     ``status`` is the sandbox status, or ``"no_code"`` when no fenced block

@@ -58,7 +58,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
 
 __all__ = ["SandboxResult", "run_program", "STATUSES", "VIOLATION_MARKER"]
 
@@ -70,11 +69,11 @@ _MAX_STREAM_CHARS = 8_000  # per stream kept in the result; tracebacks fit easil
 @dataclasses.dataclass(frozen=True)
 class SandboxResult:
     status: str
-    returncode: Optional[int]
+    returncode: int | None
     stdout: str
     stderr: str
     elapsed_s: float
-    pid: Optional[int] = None  # also the process-group id (new session)
+    pid: int | None = None  # also the process-group id (new session)
 
     @property
     def passed(self) -> bool:
@@ -86,7 +85,7 @@ class SandboxResult:
 # at the program's own line numbers (no prelude offset).  All guard state lives
 # in the closure of ``_install`` (not in module globals reachable through
 # frames), and gc introspection is refused, so the program has no handle on it.
-_RUNNER = r'''
+_RUNNER = r"""
 import os, sys
 sys.dont_write_bytecode = True
 
@@ -177,7 +176,7 @@ sys.argv = [sys.argv[1]]
 _code = compile(_src, sys.argv[0], "exec")
 del _f, _src
 exec(_code, {"__name__": "__main__", "__file__": sys.argv[0], "__builtins__": __builtins__})
-'''
+"""
 
 
 def _limits(memory_mb: int, cpu_s: int, fsize_mb: int):
@@ -225,7 +224,7 @@ def run_program(
     source: str,
     timeout_s: float = 5.0,
     memory_mb: int = 512,
-    cpu_s: Optional[int] = None,
+    cpu_s: int | None = None,
     *,
     fsize_mb: int = 16,
     guard: bool = True,
@@ -263,13 +262,20 @@ def run_program(
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
                 proc = subprocess.Popen(
-                    argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                    start_new_session=True, close_fds=True,
+                    argv,
+                    cwd=work,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
                     preexec_fn=_limits(memory_mb, cpu_s, fsize_mb),
                 )
             except OSError as e:
-                return SandboxResult("error", None, "", f"sandbox: could not start: {e}",
-                                     time.monotonic() - start)
+                return SandboxResult(
+                    "error", None, "", f"sandbox: could not start: {e}", time.monotonic() - start
+                )
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
