@@ -1,0 +1,205 @@
+"""Backbone checkpoints in the hub's format: config.json + (sharded) safetensors, Qwen3 names.
+
+    model = load_backbone("JetLM/SDAR-1.7B-Chat", revision="<sha>")   # hub (needs network)
+    model = load_backbone("runs/tiny/backbone-<hash>/model")           # local directory
+    save_backbone(model, "some/dir")                                   # the same format
+
+SDAR checkpoints say `model_type: "sdar"`, Qwen3 ones `"qwen3"`; both hold the same
+tensor names. The mapping from hub names to ours is explicit (`hub_weight_map`), and a
+missing, unexpected or wrong-shaped tensor is an error that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from mrp_repro.model import ModelConfig, SDARModel
+
+SUPPORTED_MODEL_TYPES = ("sdar", "qwen3")
+# Tensors of a checkpoint that are not the backbone's (e.g. the released MRP heads sit
+# beside the backbone in one state dict) and that the backbone loader leaves alone.
+FOREIGN_PREFIXES = ("mrp_modules.",)
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def config_from_hub_json(cfg: dict) -> ModelConfig:
+    model_type = cfg.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise CheckpointError(
+            f"config.json has model_type={model_type!r}; this loader reads {SUPPORTED_MODEL_TYPES} "
+            "(SDAR and Qwen3 share one architecture)"
+        )
+    # transformers 5 moved rope_theta into rope_parameters; read either.
+    rope_theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta") or 1_000_000.0
+    return ModelConfig(
+        vocab_size=cfg["vocab_size"],
+        hidden_size=cfg["hidden_size"],
+        intermediate_size=cfg["intermediate_size"],
+        num_layers=cfg["num_hidden_layers"],
+        num_heads=cfg["num_attention_heads"],
+        num_kv_heads=cfg.get("num_key_value_heads", cfg["num_attention_heads"]),
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
+        rope_theta=float(rope_theta),
+        rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        max_position_embeddings=cfg.get("max_position_embeddings", 40960),
+    )
+
+
+def config_to_hub_json(cfg: ModelConfig, extra: dict | None = None) -> dict:
+    return {
+        "architectures": ["SDARForCausalLM"],
+        "model_type": "sdar",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "torch_dtype": "float32",
+        **(extra or {}),
+    }
+
+
+def hub_weight_map(cfg: ModelConfig) -> dict[str, str]:
+    """Our parameter name -> the hub's tensor name."""
+    m = {
+        "embed_tokens.weight": "model.embed_tokens.weight",
+        "norm.weight": "model.norm.weight",
+        "lm_head.weight": "lm_head.weight",
+    }
+    per_layer = [
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+        "input_layernorm.weight", "post_attention_layernorm.weight",
+    ]  # fmt: skip
+    for i in range(cfg.num_layers):
+        for name in per_layer:
+            m[f"layers.{i}.{name}"] = f"model.layers.{i}.{name}"
+    return m
+
+
+def resolve_checkpoint_dir(name_or_path: str | os.PathLike, revision: str | None = None) -> Path:
+    """A local directory as is; otherwise a hub repo id fetched (or found in the hub cache) at `revision`."""
+    p = Path(name_or_path)
+    if p.is_dir():
+        return p
+    if p.exists() or str(name_or_path).startswith((".", "/")):
+        raise CheckpointError(f"{name_or_path} is not a checkpoint directory")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(
+            snapshot_download(
+                str(name_or_path),
+                revision=revision,
+                allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model"],
+            )
+        )
+    except Exception as e:  # offline, unknown repo, bad revision: say what to do
+        raise CheckpointError(
+            f"could not fetch {name_or_path}@{revision or 'main'} from the hub ({type(e).__name__}: {e}). "
+            "Download it where the hub is reachable (huggingface-cli download) and point the profile's "
+            "model.local_dir at that directory, or set HF_HOME to a cache that holds it."
+        ) from e
+
+
+def _safetensor_files(ckpt: Path) -> list[Path]:
+    index = ckpt / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (ckpt / s).exists()]
+        if missing:
+            raise CheckpointError(f"{ckpt}: index names shards that are not there: {missing}")
+        return [ckpt / s for s in shards]
+    files = sorted(ckpt.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{ckpt}: no *.safetensors files")
+    return files
+
+
+def read_state_dict(ckpt: Path) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for f in _safetensor_files(ckpt):
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for k in fh.keys():
+                    tensors[k] = fh.get_tensor(k)
+        except Exception as e:
+            raise CheckpointError(
+                f"{f}: unreadable safetensors shard ({e}); re-download or re-save it"
+            ) from e
+    return tensors
+
+
+def load_backbone(
+    name_or_path: str | os.PathLike,
+    revision: str | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> SDARModel:
+    ckpt = resolve_checkpoint_dir(name_or_path, revision)
+    cfg_path = ckpt / "config.json"
+    if not cfg_path.exists():
+        raise CheckpointError(f"{ckpt}: no config.json")
+    hub_cfg = json.loads(cfg_path.read_text())
+    cfg = config_from_hub_json(hub_cfg)
+    tensors = read_state_dict(ckpt)
+    wmap = hub_weight_map(cfg)
+    if "lm_head.weight" not in tensors and hub_cfg.get("tie_word_embeddings"):
+        tensors["lm_head.weight"] = tensors.get("model.embed_tokens.weight")
+    with torch.device("meta"):
+        model = SDARModel(cfg)
+    expected = dict(model.state_dict())
+    missing = [hub for ours, hub in wmap.items() if hub not in tensors or tensors[hub] is None]
+    unexpected = sorted(
+        k for k in tensors if k not in set(wmap.values()) and not k.startswith(FOREIGN_PREFIXES)
+    )
+    wrong = [
+        f"{hub}: checkpoint {tuple(tensors[hub].shape)} vs model {tuple(expected[ours].shape)}"
+        for ours, hub in wmap.items()
+        if hub in tensors
+        and tensors[hub] is not None
+        and tuple(tensors[hub].shape) != tuple(expected[ours].shape)
+    ]
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing tensors {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+        if unexpected:
+            parts.append(f"unexpected tensors {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}")
+        if wrong:
+            parts.append(f"wrong shapes {wrong[:8]}")
+        raise CheckpointError(f"{ckpt} does not match its config.json: " + "; ".join(parts))
+    state = {ours: tensors[hub].to(dtype) for ours, hub in wmap.items()}
+    model.load_state_dict(state, assign=True)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def save_backbone(model: SDARModel, out_dir: str | os.PathLike, extra_config: dict | None = None) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    wmap = hub_weight_map(model.config)
+    sd = model.state_dict()
+    tensors = {hub: sd[ours].detach().to("cpu").contiguous() for ours, hub in wmap.items()}
+    tmp = out / "model.safetensors.tmp"
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / "model.safetensors")
+    (out / "config.json").write_text(json.dumps(config_to_hub_json(model.config, extra_config), indent=2))
+    return out

@@ -1,0 +1,314 @@
+"""The SDAR backbone: Qwen3's architecture run as a block-diffusion LM, in one file.
+
+SDAR (METHOD.md §1) is Qwen3 (RMSNorm, RoPE, GQA, SwiGLU, q_norm/k_norm, untied
+lm_head) with two changes at inference: no shift (the hidden state at position i
+predicts token i) and block-causal attention (bidirectional inside a block, causal
+across blocks, earlier blocks read from a KV cache). Every call returns logits and
+the final post-norm hidden states, which the MRP head consumes.
+
+Attention paths, all through `SDARModel.forward` with an explicit boolean mask:
+  (a) `prefill`            whole blocks, block-causal, writes the KV cache
+  (b) `forward_block`      the current block, reads the cache, does not write it
+  (c) `commit_block`       a finished block, written into the cache
+  (d) `forward_candidates` M candidate copies of one block packed in one call;
+                           each copy sees the cache and itself, shared positions
+
+Rows of a batch are left-padded by whole blocks; pad keys are never attended to
+(`KVCache.valid`), so a row's output does not depend on its batch neighbours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 40960
+
+    def __post_init__(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Sizes from the SDAR/Qwen3 model cards (METHOD.md §1); hub config.json wins when loading.
+PRESETS: dict[str, ModelConfig] = {
+    "sdar-1.7b": ModelConfig(151936, 2048, 6144, 28, 16, 8, 128),
+    "sdar-4b": ModelConfig(151936, 2560, 9728, 36, 32, 8, 128),
+    "sdar-8b": ModelConfig(151936, 4096, 12288, 36, 32, 8, 128),
+}
+
+
+class ModelOutput(NamedTuple):
+    logits: torch.Tensor  # (B, T, V)
+    hidden: torch.Tensor  # (B, T, H) final post-norm hidden states
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 like Qwen3 so bf16 runs match the reference within rounding.
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+    """positions (B, T) -> cos, sin (B, 1, T, head_dim), Qwen3's rotate-half layout."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    )
+    freqs = positions.float()[..., None] * inv_freq  # (B, T, D/2)
+    emb = torch.cat([freqs, freqs], dim=-1)  # (B, T, D)
+    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.nh, self.nkv, self.hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor] | None):
+        """x (B, T, H); mask (B, 1, T, S_past + T) bool; past k, v (B, nkv, S_past, hd).
+
+        Returns the output (B, T, H) and this call's new k, v (B, nkv, T, hd)."""
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)  # (B, nh, T, hd)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)  # (B, nkv, T, hd)
+        v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=self.nh != self.nkv)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.hd)), (k, v)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """One Qwen3 decoder layer; the MRP head stacks the same kind."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, mask, past=None):
+        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class KVCache:
+    """Per-layer keys/values of committed blocks plus which key slots are real (not padding).
+
+    k, v: (layers, B, nkv, capacity, hd); valid: (B, capacity) bool; `length` slots used."""
+
+    def __init__(self, num_layers, batch, num_kv_heads, head_dim, capacity, device, dtype):
+        self.k = torch.zeros(num_layers, batch, num_kv_heads, capacity, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.length = 0
+
+    @classmethod
+    def for_model(
+        cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None
+    ):
+        return cls(
+            num_layers or cfg.num_layers, batch, cfg.num_kv_heads, cfg.head_dim, capacity, device, dtype
+        )
+
+    def past(self, layer: int):
+        return self.k[layer, :, :, : self.length], self.v[layer, :, :, : self.length]
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        T = k.shape[2]
+        if self.length + T > self.k.shape[3]:
+            raise RuntimeError(f"KV cache full: {self.length} + {T} > capacity {self.k.shape[3]}")
+        self.k[layer, :, :, self.length : self.length + T] = k
+        self.v[layer, :, :, self.length : self.length + T] = v
+
+    def advance(self, key_valid: torch.Tensor):
+        """Mark the T slots just written (key_valid (B, T)) as used."""
+        T = key_valid.shape[1]
+        self.valid[:, self.length : self.length + T] = key_valid
+        self.length += T
+
+    def select_rows(self, rows: torch.Tensor) -> "KVCache":
+        """A cache holding only the given batch rows (shares no storage)."""
+        out = KVCache.__new__(KVCache)
+        out.k, out.v, out.valid, out.length = (
+            self.k[:, rows].clone(),
+            self.v[:, rows].clone(),
+            self.valid[rows].clone(),
+            self.length,
+        )
+        return out
+
+
+def block_causal_mask(key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
+    """key_valid (B, T) -> (B, 1, T, T): query i sees key j iff block(j) <= block(i) and j is real.
+
+    Padding queries see themselves so their softmax stays finite."""
+    T = key_valid.shape[1]
+    blk = torch.arange(T, device=key_valid.device) // block_size
+    allowed = (blk[None, :] <= blk[:, None])[None] & key_valid[:, None, :]  # (B, T, T)
+    allowed = allowed | torch.eye(T, dtype=torch.bool, device=key_valid.device)[None]
+    return allowed[:, None]
+
+
+class SDARModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def init_weights(self, std: float = 0.02, generator: torch.Generator | None = None):
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                nn.init.ones_(p)
+            else:
+                nn.init.normal_(p, 0.0, std, generator=generator)
+            if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                p.data.mul_(1 / math.sqrt(2 * self.config.num_layers))
+        return self
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        p = self.lm_head.weight
+        return KVCache.for_model(self.config, batch, capacity, p.device, p.dtype)
+
+    # -- the one forward every path goes through ------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T)
+        position_ids: torch.Tensor,  # (B, T)
+        mask: torch.Tensor,  # (B, 1, T, S_past + T) bool, True = attend
+        cache: KVCache | None = None,
+        write_cache: bool = False,
+        key_valid: torch.Tensor | None = None,  # (B, T): which new keys are real, when writing
+    ) -> ModelOutput:
+        x = self.embed_tokens(input_ids)  # (B, T, H)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None)
+            if write_cache:
+                cache.write(i, k, v)
+        if write_cache:
+            cache.advance(
+                key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
+            )
+        hidden = self.norm(x)
+        return ModelOutput(self.lm_head(hidden), hidden)
+
+    # -- the four attention paths -------------------------------------------------------------
+    def _cache_keys(self, cache: KVCache | None, B: int, T: int, device) -> torch.Tensor:
+        """(B, 1, T, S_past) visibility of committed cache slots."""
+        if cache is None or cache.length == 0:
+            return torch.zeros(B, 1, T, 0, dtype=torch.bool, device=device)
+        return cache.valid[:, None, None, : cache.length].expand(B, 1, T, cache.length)
+
+    def prefill(self, input_ids, position_ids, key_valid, cache: KVCache, block_size: int) -> ModelOutput:
+        """(a) whole blocks, block-causal among themselves, after whatever the cache holds."""
+        B, T = input_ids.shape
+        if T % block_size:
+            raise ValueError(
+                f"prefill takes whole blocks: length {T} is not a multiple of block {block_size}"
+            )
+        mask = torch.cat(
+            [self._cache_keys(cache, B, T, input_ids.device), block_causal_mask(key_valid, block_size)], -1
+        )
+        return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid)
+
+    def _block_mask(self, cache, key_valid):
+        B, L = key_valid.shape
+        own = key_valid[:, None, None, :].expand(B, 1, L, L) | torch.eye(
+            L, dtype=torch.bool, device=key_valid.device
+        )
+        return torch.cat([self._cache_keys(cache, B, L, key_valid.device), own], -1)
+
+    def forward_block(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
+        """(b) the current block, bidirectional inside, reading (not writing) the cache."""
+        kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        return self(input_ids, position_ids, self._block_mask(cache, kv), cache)
+
+    def commit_block(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
+        """(c) a finished block: same attention as (b), and its K/V are written into the cache."""
+        kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        return self(
+            input_ids, position_ids, self._block_mask(cache, kv), cache, write_cache=True, key_valid=kv
+        )
+
+    def forward_candidates(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
+        """(d) input_ids (B, M, L): M candidate states of one block in one call.
+
+        Each candidate attends to the cache and to its own L tokens only; all share position_ids (B, L).
+        Returns logits (B, M, L, V) and hidden (B, M, L, H)."""
+        B, M, L = input_ids.shape
+        kv = (
+            key_valid
+            if key_valid is not None
+            else torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
+        )
+        cand = torch.arange(M * L, device=input_ids.device) // L
+        own = (cand[None, :] == cand[:, None])[None] & kv.repeat(1, M)[:, None, :]  # (B, ML, ML)
+        own = own | torch.eye(M * L, dtype=torch.bool, device=input_ids.device)[None]
+        mask = torch.cat([self._cache_keys(cache, B, M * L, input_ids.device), own[:, None]], -1)
+        out = self(input_ids.reshape(B, M * L), position_ids.repeat(1, M), mask, cache)
+        return ModelOutput(out.logits.view(B, M, L, -1), out.hidden.view(B, M, L, -1))
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
