@@ -184,7 +184,7 @@ class KVCache:
         self.valid[:, self.length : self.length + T] = key_valid
         self.length += T
 
-    def select_rows(self, rows: torch.Tensor) -> "KVCache":
+    def select_rows(self, rows: torch.Tensor) -> KVCache:
         """A cache holding only the given batch rows (shares no storage)."""
         out = KVCache.__new__(KVCache)
         out.k, out.v, out.valid, out.length = (

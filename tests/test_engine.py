@@ -74,7 +74,7 @@ def test_max_new_tokens_and_no_mask_in_output():
     with torch.no_grad():
         m.lm_head.weight[EOS].fill_(0)
     res = generate(m, prompts(5, 9), Dynamic(0.5), 8, MASK, [EOS], max_new_tokens=13, pad_id=PAD)
-    for toks, s in zip(res.tokens, res.stats):
+    for toks, s in zip(res.tokens, res.stats, strict=True):
         assert len(toks) == 13 and MASK not in toks
         assert s.tpf >= 1.0
 

@@ -64,7 +64,7 @@ def test_sharded_checkpoint_and_sdar_model_type(hf_qwen3_dir, tmp_path):
     cfg["model_type"] = "sdar"
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     a, b = load_backbone(d), load_backbone(tmp_path)
-    for (n1, p1), (n2, p2) in zip(a.state_dict().items(), b.state_dict().items()):
+    for (n1, p1), (n2, p2) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert n1 == n2 and torch.equal(p1, p2)
 
 

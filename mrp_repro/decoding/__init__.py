@@ -13,5 +13,6 @@ from mrp_repro.decoding.engine import (
 )
 
 __all__ = [
-    "BlockState", "Dynamic", "GenerationResult", "Policy", "RowStats", "Static", "generate", "masked_confidence", "top_masked",
+    "BlockState", "Dynamic", "GenerationResult", "Policy", "RowStats", "Static",
+    "generate", "masked_confidence", "top_masked",
 ]  # fmt: skip
