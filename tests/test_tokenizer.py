@@ -63,7 +63,10 @@ def test_qwen_matches_tiktoken(qwen):
     from tiktoken.load import load_tiktoken_bpe
 
     enc = tiktoken.Encoding(
-        "qwen", pat_str=T.QWEN_PATTERN, mergeable_ranks=load_tiktoken_bpe(str(T._qwen_ranks_file())), special_tokens={}
+        "qwen",
+        pat_str=T.QWEN_PATTERN,
+        mergeable_ranks=load_tiktoken_bpe(str(T._qwen_ranks_file())),
+        special_tokens={},
     )
     for s in ["Hello world", "def f(a, b):\n    return a + b  # ok\n\n", "12 + 345 = 357, 你好！"]:
         ids = qwen.encode(s, add_special_tokens=False)
@@ -85,5 +88,7 @@ def test_qwen_special_tokens(qwen):
 def test_qwen_chat_template(qwen):
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "2+2?"}]
     text = qwen.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert qwen.apply_chat_template(msgs[1:], tokenize=False) == "<|im_start|>user\n2+2?<|im_end|>\n"

@@ -162,9 +162,10 @@ def _code_problem(d: dict, split: str, idx: int, block_size: int) -> Problem:
         task_id=f"synth-code/{split}/{idx}",
         benchmark="synth-code",
         prompt_text=prompt,
-        reference="+".join(canon),
+        reference=_check_code(d["key"], coefs),
         entry_point="f",
         extra={
+            "canonical": "+".join(canon),
             "key": d["key"],
             "block_size": block_size,
             "variables": CODE_VARIABLES,
@@ -262,7 +263,7 @@ def _render(problem: Problem, order: list[str]) -> str:
 def canonical_answer(problem: Problem) -> str:
     """The answer with the list in canonical order (code: most common term first; math: sorted)."""
     if problem.benchmark == "synth-code":
-        return problem.reference
+        return problem.extra["canonical"]
     return _math_answer(problem, list(problem.extra["digits"]))
 
 
@@ -369,18 +370,22 @@ def code_equivalent(problem: Problem, expr: str) -> bool:
     return p == target
 
 
-def code_program(problem: Problem, expr: str, n_tests: int = 5, seed: int = 0) -> str:
-    """Python source that exits 0 iff ``def f(...): return <expr>`` matches f on random inputs."""
-    variables = problem.extra["variables"]
-    coefs = problem.extra["coefs"]
-    rng = random.Random(f"{problem.extra['key']}|{seed}")
-    lines = [f"def {problem.entry_point}({', '.join(variables)}):", f"    return {expr}", ""]
+def _check_code(key: str, coefs: dict[str, int], n_tests: int = 5) -> str:
+    """HumanEval-style test code: ``def check(candidate)`` asserting f on random integer inputs."""
+    rng = random.Random(f"{key}|check")
+    lines = ["def check(candidate):"]
     for _ in range(n_tests):
-        xs = [rng.randint(-1000, 1000) for _ in variables]
-        want = sum(coefs[v] * x for v, x in zip(variables, xs))
-        args = ", ".join(map(str, xs))
-        lines.append(f"assert {problem.entry_point}({args}) == {want}")
+        xs = [rng.randint(-1000, 1000) for _ in coefs]
+        want = sum(c * x for c, x in zip(coefs.values(), xs, strict=True))
+        lines.append(f"    assert candidate({', '.join(map(str, xs))}) == {want}")
     return "\n".join(lines) + "\n"
+
+
+def code_program(problem: Problem, expr: str) -> str:
+    """Python source that exits 0 iff ``def f(...): return <expr>`` passes the problem's check."""
+    variables = problem.extra["variables"]
+    head = f"def {problem.entry_point}({', '.join(variables)}):\n    return {expr}\n\n"
+    return head + problem.reference + f"\n\ncheck({problem.entry_point})\n"
 
 
 def _extract_final(text: str) -> str | None:
@@ -416,7 +421,7 @@ def _math_chain_valid(problem: Problem, text: str) -> bool:
     if sorted(digits) != sorted(problem.extra["digits"]):
         return False
     acc = problem.extra["start"]
-    for c, s in zip(digits, sums):
+    for c, s in zip(digits, sums, strict=True):
         acc = (acc + int(c)) % 10
         if int(s) != acc:
             return False
@@ -445,7 +450,9 @@ def score(problem: Problem, output_text: str, execute: bool = False) -> dict:
         if execute:
             from .sandbox import run_program
 
-            correct = bool(expr) and run_program(code_program(problem, text), timeout_s=5.0).status == "passed"
+            correct = (
+                bool(expr) and run_program(code_program(problem, text), timeout_s=5.0).status == "passed"
+            )
         else:
             correct = code_equivalent(problem, text)
         return {"correct": bool(correct), "valid_chain": bool(valid and correct), "extracted": expr}
