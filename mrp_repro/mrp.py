@@ -1,0 +1,171 @@
+"""The MRP head (METHOD.md §2): predicts the change of a block's logits after a reveal.
+
+    head = MRPHead(backbone.config, num_layers=1, objective="residual")
+    h_C = head(h_A, ids_after, positions, backbone.embed_tokens, cache)      # (B, L, H)
+    h_B_hat = head.corrected(h_A, h_C)                                       # h_A + h_C
+    logits_B_hat = backbone.lm_head(h_B_hat)                                 # = A + C
+
+Layout (DeepSeek-MTP, names as in the released `mrp_modules.0.model.*`):
+x = eh_proj([enorm(embed(ids_after)) ; hnorm(h_A)]), then N backbone decoder layers
+(bidirectional inside the block, earlier blocks through the head's own KV cache,
+written by `commit` from a finished block's clean tokens and backbone hidden states),
+then a final RMSNorm. embed and lm_head belong to the frozen backbone and are passed
+in, never copied. Because lm_head has no bias, A + C = lm_head(h_A + h_C).
+
+K-step chaining feeds the accumulated state back: h_k = h_{k-1} + h_C(k) for the
+residual objective (h_0 = h_A), so step k sees h_A + sum of the earlier residuals.
+The `direct` ablation predicts h_B itself: h_k = h_C(k).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file, save_file
+
+from mrp_repro.model import DecoderLayer, KVCache, ModelConfig, RMSNorm, block_causal_mask, rope_cos_sin
+
+OBJECTIVES = ("residual", "direct")
+
+
+class MRPHead(nn.Module):
+    def __init__(self, cfg: ModelConfig, num_layers: int = 1, objective: str = "residual"):
+        super().__init__()
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective {objective!r}: choose one of {OBJECTIVES}")
+        self.config, self.num_layers, self.objective = cfg, num_layers, objective
+        H = cfg.hidden_size
+        self.enorm = RMSNorm(H, cfg.rms_norm_eps)
+        self.hnorm = RMSNorm(H, cfg.rms_norm_eps)
+        self.eh_proj = nn.Linear(2 * H, H, bias=False)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(num_layers))
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+
+    def init_weights(self, scheme: str = "normal", std: float = 0.02, generator: torch.Generator | None = None):
+        """`normal`: every matrix N(0, std). `structured` (upstream): eh_proj passes h_A through
+        (identity on the hidden half, zero on the embedding half) so training starts from C ≈ lm_head(norm(h_A))."""
+        for name, p in self.named_parameters():
+            if "norm" in name and name.endswith("weight") and p.dim() == 1:
+                nn.init.ones_(p)
+            else:
+                nn.init.normal_(p, 0.0, std, generator=generator)
+        if scheme == "structured":
+            H = self.config.hidden_size
+            with torch.no_grad():
+                self.eh_proj.weight.zero_()
+                self.eh_proj.weight[:, H:] = torch.eye(H)
+        elif scheme != "normal":
+            raise ValueError(f"init scheme {scheme!r}: choose normal or structured")
+        return self
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        p = self.eh_proj.weight
+        return KVCache.for_model(self.config, batch, capacity, p.device, p.dtype, num_layers=self.num_layers)
+
+    def _inputs(self, h_in, ids, embed):
+        e = embed(ids)  # (B, T, H)
+        return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(h_in.to(e.dtype))], dim=-1))
+
+    def _run(self, x, positions, mask, cache, write):
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        for i, layer in enumerate(self.layers):
+            x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None)
+            if write:
+                cache.write(i, k, v)
+        return x
+
+    @staticmethod
+    def _cache_mask(cache, B, T, device):
+        if cache is None or cache.length == 0:
+            return torch.zeros(B, 1, T, 0, dtype=torch.bool, device=device)
+        return cache.valid[:, None, None, : cache.length].expand(B, 1, T, cache.length)
+
+    def forward(
+        self,
+        h_in: torch.Tensor,  # (B, L, H) the state the reveal is applied to (h_A, or h_{k-1} when chaining)
+        ids_after: torch.Tensor,  # (B, L) block tokens after the reveal
+        positions: torch.Tensor,  # (B, L)
+        embed: nn.Embedding,  # the backbone's (frozen, shared)
+        cache: KVCache | None = None,  # the head's own cache of committed blocks (read only here)
+        key_valid: torch.Tensor | None = None,  # (B, L)
+    ) -> torch.Tensor:
+        """-> h_C (B, L, H). Inputs may carry extra leading dims folded into B by the caller."""
+        B, L = ids_after.shape
+        kv = key_valid if key_valid is not None else torch.ones(B, L, dtype=torch.bool, device=ids_after.device)
+        own = kv[:, None, None, :].expand(B, 1, L, L) | torch.eye(L, dtype=torch.bool, device=kv.device)
+        mask = torch.cat([self._cache_mask(cache, B, L, kv.device), own], -1)
+        return self.norm(self._run(self._inputs(h_in, ids_after, embed), positions, mask, cache, write=False))
+
+    def corrected(self, h_in: torch.Tensor, h_C: torch.Tensor) -> torch.Tensor:
+        """The predicted next-step hidden state: h_in + h_C (residual) or h_C (direct)."""
+        return h_in + h_C if self.objective == "residual" else h_C
+
+    def step(self, h_in, ids_after, positions, embed, cache=None, key_valid=None) -> torch.Tensor:
+        """One chained step: the predicted hidden state after the reveal in `ids_after`."""
+        return self.corrected(h_in, self(h_in, ids_after, positions, embed, cache, key_valid))
+
+    def chain(self, h_A, ids_after_steps: list[torch.Tensor], positions, embed, cache=None, key_valid=None):
+        """K chained steps; returns the K predicted states [h_1, ..., h_K]."""
+        states, h = [], h_A
+        for ids in ids_after_steps:
+            h = self.step(h, ids, positions, embed, cache, key_valid)
+            states.append(h)
+        return states
+
+    @torch.no_grad()
+    def commit(self, h_clean, ids, positions, embed, cache: KVCache, key_valid=None, block_size: int | None = None):
+        """Write finished block(s) into the head's cache: (B, T) ids with the backbone's hidden states
+        of the clean block(s) (T = L for one block; T = n·L for a prefill, block-causal then)."""
+        B, T = ids.shape
+        kv = key_valid if key_valid is not None else torch.ones(B, T, dtype=torch.bool, device=ids.device)
+        if block_size is None or T == block_size:
+            own = kv[:, None, None, :].expand(B, 1, T, T) | torch.eye(T, dtype=torch.bool, device=kv.device)
+        else:
+            own = block_causal_mask(kv, block_size)
+        mask = torch.cat([self._cache_mask(cache, B, T, kv.device), own], -1)
+        self._run(self._inputs(h_clean, ids, embed), positions, mask, cache, write=True)
+        cache.advance(kv)
+
+
+# -- save / load in the released checkpoints' naming (mrp_modules.0.model.*) --------------------
+PREFIX = "mrp_modules.0.model."
+
+
+def save_head(head: MRPHead, out_dir: str | os.PathLike, extra: dict | None = None) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {PREFIX + k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    tmp = out / "mrp.safetensors.tmp"
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / "mrp.safetensors")
+    meta = {
+        "num_mrp_layers": head.num_layers,
+        "objective": head.objective,
+        "backbone": head.config.to_dict(),
+        **(extra or {}),
+    }
+    (out / "mrp_config.json").write_text(json.dumps(meta, indent=2))
+    return out
+
+
+def load_head(path: str | os.PathLike, backbone_cfg: ModelConfig, device="cpu", dtype=torch.float32) -> MRPHead:
+    path = Path(path)
+    meta_path, weights = path / "mrp_config.json", path / "mrp.safetensors"
+    if not meta_path.exists() or not weights.exists():
+        raise FileNotFoundError(
+            f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first"
+        )
+    meta = json.loads(meta_path.read_text())
+    saved_cfg = ModelConfig(**meta["backbone"])
+    if saved_cfg != backbone_cfg:
+        raise ValueError(f"{path}: this head was trained for backbone {saved_cfg}, not {backbone_cfg}")
+    head = MRPHead(backbone_cfg, meta["num_mrp_layers"], meta["objective"])
+    state = {k.removeprefix(PREFIX): v for k, v in load_file(str(weights)).items() if k.startswith(PREFIX)}
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{path}: head weights do not match: missing {missing}, unexpected {unexpected}")
+    return head.to(device=device, dtype=dtype).eval()
