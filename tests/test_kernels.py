@@ -314,3 +314,25 @@ def test_import_without_triton():
     env = dict(os.environ, PYTHONPATH=str(ROOT), MRP_REPRO_KERNELS="auto")
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
+
+
+# ------------------------------------------------------------------ benchmark script
+
+
+def test_bench_cpu_reference_only(tmp_path):
+    from mrp_repro.kernels import bench
+
+    df = bench.run_benchmark(ns=(2, 5), vocab=600, device="cpu", repeats=2, compile=False)
+    assert set(df["impl"]) == {"triton", "torch", "torch.compile"}
+    assert df[df["impl"] == "triton"]["time_ms"].isna().all()
+    assert (df[df["impl"] == "triton"]["note"] == bench.CPU_NOTE).all()
+    assert (df[df["impl"] == "torch"]["gbps"] > 0).all()
+    png = bench.plot_roofline(df, tmp_path / "k.png")
+    assert png.exists() and png.stat().st_size > 0
+
+
+def test_bench_gpu_check_path_under_interpreter(K, KL):
+    from mrp_repro.kernels import bench
+
+    df = bench.check_against_reference("cpu", vocab=1000)
+    assert df["ok"].all() and len(df) > 20

@@ -24,7 +24,6 @@ Reference implementations: ``mrp_repro.kernels.reference``.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import torch
 import triton
@@ -106,11 +105,11 @@ def _confidence_partial_kernel(
     live = s > 0
     w = tl.where(live, tl.exp(m - M), 0.0)
     S = tl.sum(s * w, axis=0)
-    I = tl.min(tl.where(live & (m == M), idx, _INT32_MAX), axis=0)
+    IDX = tl.min(tl.where(live & (m == M), idx, _INT32_MAX), axis=0)
     out = row * num_splits + split
     tl.store(pm_ptr + out, M)
     tl.store(ps_ptr + out, S)
-    tl.store(pidx_ptr + out, I)
+    tl.store(pidx_ptr + out, IDX)
     if WITH_ENTROPY:
         T = tl.sum(tl.where(live, w * (t + (m - M) * s), 0.0), axis=0)
         tl.store(pt_ptr + out, T)
@@ -157,8 +156,8 @@ def _confidence_combine_kernel(
     M = tl.max(m, axis=0)
     w = tl.where(live, tl.exp(m - M), 0.0)
     S = tl.sum(s * w, axis=0)
-    I = tl.min(tl.where(live & (m == M), idx, _INT32_MAX), axis=0)
-    tl.store(argmax_ptr + row, I.to(tl.int64))
+    IDX = tl.min(tl.where(live & (m == M), idx, _INT32_MAX), axis=0)
+    tl.store(argmax_ptr + row, IDX.to(tl.int64))
     tl.store(maxp_ptr + row, 1.0 / S)
     if WITH_ENTROPY:
         t = tl.load(pt_ptr + base + j, mask=jm, other=0.0)
@@ -206,7 +205,7 @@ def check_device(name: str, x: torch.Tensor) -> None:
     )
 
 
-def _pick_splits(n: int, v: int, block: int, device: torch.device, num_splits: Optional[int]) -> int:
+def _pick_splits(n: int, v: int, block: int, device: torch.device, num_splits: int | None) -> int:
     max_splits = triton.cdiv(v, block)
     if num_splits is not None:
         return max(1, min(int(num_splits), max_splits))
@@ -248,22 +247,51 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
     if num_warps is None:
         num_warps = 8 if block >= 2048 else 4
     _confidence_partial_kernel[(n, S)](
-        A, Cx, A.stride(0), Cx.stride(0), float(scale), v, chunk, S,
-        pm, ps, pt, pidx, pma, psa,
-        HAS_C=C is not None, WITH_ENTROPY=bool(return_entropy), WITH_BASE_LSE=has_tok,
-        BLOCK=block, num_warps=num_warps,
+        A,
+        Cx,
+        A.stride(0),
+        Cx.stride(0),
+        float(scale),
+        v,
+        chunk,
+        S,
+        pm,
+        ps,
+        pt,
+        pidx,
+        pma,
+        psa,
+        HAS_C=C is not None,
+        WITH_ENTROPY=bool(return_entropy),
+        WITH_BASE_LSE=has_tok,
+        BLOCK=block,
+        num_warps=num_warps,
     )
     tok = tokens if has_tok else out_argmax
     _confidence_combine_kernel[(n,)](
-        pm, ps, pt, pidx, pma, psa, S,
-        A, Cx, A.stride(0), Cx.stride(0), float(scale), tok,
-        out_argmax, out_maxp,
+        pm,
+        ps,
+        pt,
+        pidx,
+        pma,
+        psa,
+        S,
+        A,
+        Cx,
+        A.stride(0),
+        Cx.stride(0),
+        float(scale),
+        tok,
+        out_argmax,
+        out_maxp,
         out_ent if out_ent is not None else out_maxp,
         out_ctok if has_tok else out_maxp,
         out_lp if has_tok else out_maxp,
         out_lpb if has_tok else out_maxp,
-        WITH_ENTROPY=bool(return_entropy), HAS_TOKENS=has_tok,
-        BLOCK_S=max(triton.next_power_of_2(S), 2), num_warps=1,
+        WITH_ENTROPY=bool(return_entropy),
+        HAS_TOKENS=has_tok,
+        BLOCK_S=max(triton.next_power_of_2(S), 2),
+        num_warps=1,
     )
     return out_argmax, out_maxp, out_ent, out_ctok, out_lp, out_lpb
 
@@ -272,9 +300,9 @@ def confidence(
     logits: torch.Tensor,
     return_entropy: bool = False,
     *,
-    block: Optional[int] = None,
-    num_splits: Optional[int] = None,
-    num_warps: Optional[int] = None,
+    block: int | None = None,
+    num_splits: int | None = None,
+    num_warps: int | None = None,
 ) -> ConfidenceOut:
     """Greedy token, its softmax probability and optionally the entropy, per row.
 
@@ -293,12 +321,12 @@ def residual_confidence(
     A: torch.Tensor,
     C: torch.Tensor,
     scale: float = 1.0,
-    tokens: Optional[torch.Tensor] = None,
+    tokens: torch.Tensor | None = None,
     return_entropy: bool = False,
     *,
-    block: Optional[int] = None,
-    num_splits: Optional[int] = None,
-    num_warps: Optional[int] = None,
+    block: int | None = None,
+    num_splits: int | None = None,
+    num_warps: int | None = None,
 ) -> ResidualConfidenceOut:
     """Confidence of Z = A + scale*C without materialising Z, plus token gathers.
 
@@ -318,7 +346,9 @@ def residual_confidence(
         raise ValueError(f"A and C on different devices: {A.device} vs {C.device}")
     if tokens is not None:
         if tokens.dtype != torch.int64 or tokens.dim() != 1 or tokens.shape[0] != A.shape[0]:
-            raise ValueError(f"tokens must be int64 [N={A.shape[0]}], got {tokens.dtype} {tuple(tokens.shape)}")
+            raise ValueError(
+                f"tokens must be int64 [N={A.shape[0]}], got {tokens.dtype} {tuple(tokens.shape)}"
+            )
         if tokens.device != A.device:
             raise ValueError(f"tokens on {tokens.device}, logits on {A.device}")
         tokens = tokens.contiguous()

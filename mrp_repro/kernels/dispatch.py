@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from typing import Optional, Tuple
 
 import torch
 
@@ -37,14 +36,14 @@ __all__ = [
 ENV_VAR = "MRP_REPRO_KERNELS"
 logger = logging.getLogger("mrp_repro.kernels")
 _logged: set = set()
-_triton_state: Optional[Tuple[bool, str]] = None
+_triton_state: tuple[bool, str] | None = None
 
 
 def _interpret() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
-def triton_available() -> Tuple[bool, str]:
+def triton_available() -> tuple[bool, str]:
     """(ok, detail): whether the Triton kernel modules import (cached)."""
     global _triton_state
     if _triton_state is None:
@@ -64,7 +63,7 @@ def _mode() -> str:
     return mode
 
 
-def select_backend(x: torch.Tensor) -> Tuple[str, str]:
+def select_backend(x: torch.Tensor) -> tuple[str, str]:
     """Return (backend, reason) for a kernel call whose main input is ``x``."""
     mode = _mode()
     if mode == "torch":
@@ -114,7 +113,7 @@ def residual_confidence(
     A: torch.Tensor,
     C: torch.Tensor,
     scale: float = 1.0,
-    tokens: Optional[torch.Tensor] = None,
+    tokens: torch.Tensor | None = None,
     return_entropy: bool = False,
 ) -> ResidualConfidenceOut:
     """Confidence of Z = A + scale*C plus, for given tokens, C[row, tok],

@@ -14,7 +14,7 @@ both CPU and CUDA in current PyTorch) but spell the rule out explicitly.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -33,7 +33,7 @@ class ConfidenceOut(NamedTuple):
 
     argmax: torch.Tensor  # int64 [N]: lowest index of the row maximum
     max_prob: torch.Tensor  # fp32 [N]: softmax(x)[argmax]
-    entropy: Optional[torch.Tensor]  # fp32 [N] or None: -sum p log p (nats)
+    entropy: torch.Tensor | None  # fp32 [N] or None: -sum p log p (nats)
 
 
 class ResidualConfidenceOut(NamedTuple):
@@ -41,10 +41,10 @@ class ResidualConfidenceOut(NamedTuple):
 
     argmax: torch.Tensor  # int64 [N]: argmax of Z (lowest index on ties)
     max_prob: torch.Tensor  # fp32 [N]: softmax(Z)[argmax]
-    entropy: Optional[torch.Tensor]  # fp32 [N] or None
-    c_at_token: Optional[torch.Tensor]  # fp32 [N]: C[row, tokens[row]] (unscaled)
-    logp_at_token: Optional[torch.Tensor]  # fp32 [N]: log_softmax(Z)[row, tok]
-    logp_base_at_token: Optional[torch.Tensor]  # fp32 [N]: log_softmax(A)[row, tok]
+    entropy: torch.Tensor | None  # fp32 [N] or None
+    c_at_token: torch.Tensor | None  # fp32 [N]: C[row, tokens[row]] (unscaled)
+    logp_at_token: torch.Tensor | None  # fp32 [N]: log_softmax(Z)[row, tok]
+    logp_base_at_token: torch.Tensor | None  # fp32 [N]: log_softmax(A)[row, tok]
 
 
 def _math_dtype(x: torch.Tensor) -> torch.dtype:
@@ -85,7 +85,7 @@ def residual_confidence_ref(
     A: torch.Tensor,
     C: torch.Tensor,
     scale: float = 1.0,
-    tokens: Optional[torch.Tensor] = None,
+    tokens: torch.Tensor | None = None,
     return_entropy: bool = False,
 ) -> ResidualConfidenceOut:
     """Reference for :func:`mrp_repro.kernels.residual_confidence` (Z = A + scale*C)."""

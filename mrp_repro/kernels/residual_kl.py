@@ -18,8 +18,6 @@ Reference: ``mrp_repro.kernels.reference.residual_kl_ref``.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -141,8 +139,19 @@ class ResidualKLFunction(torch.autograd.Function):
         lse_b = torch.empty(n, dtype=torch.float32, device=dev)
         if n:
             _residual_kl_fwd_kernel[(n,)](
-                A, C, B, A.stride(0), C.stride(0), B.stride(0), float(scale), v,
-                kl, lse_z, lse_b, BLOCK=block, num_warps=8 if block >= 2048 else 4,
+                A,
+                C,
+                B,
+                A.stride(0),
+                C.stride(0),
+                B.stride(0),
+                float(scale),
+                v,
+                kl,
+                lse_z,
+                lse_b,
+                BLOCK=block,
+                num_warps=8 if block >= 2048 else 4,
             )
         ctx.save_for_backward(A, C, B, lse_z, lse_b)
         ctx.scale = float(scale)
@@ -158,8 +167,20 @@ class ResidualKLFunction(torch.autograd.Function):
             g = g.to(torch.float32).contiguous()
             blk = ctx.bwd_block
             _residual_kl_bwd_kernel[(n, triton.cdiv(v, blk))](
-                A, C, B, dC, A.stride(0), C.stride(0), B.stride(0), ctx.scale, v,
-                lse_z, lse_b, g, BLOCK=blk, num_warps=4,
+                A,
+                C,
+                B,
+                dC,
+                A.stride(0),
+                C.stride(0),
+                B.stride(0),
+                ctx.scale,
+                v,
+                lse_z,
+                lse_b,
+                g,
+                BLOCK=blk,
+                num_warps=4,
             )
         return None, dC, None, None, None, None
 
@@ -170,8 +191,8 @@ def residual_kl(
     B: torch.Tensor,
     scale: float = 1.0,
     *,
-    block: Optional[int] = None,
-    bwd_block: Optional[int] = None,
+    block: int | None = None,
+    bwd_block: int | None = None,
 ) -> torch.Tensor:
     """Per-row KL(softmax(B) || softmax(A + scale*C)) -> fp32 [N], differentiable in C.
 
