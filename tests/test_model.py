@@ -164,11 +164,39 @@ def test_padding_rows_do_not_leak():
     L = 4
     ids = torch.randint(0, TINY.vocab_size, (1, 2 * L), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
-        alone = m(
-            ids, torch.arange(2 * L)[None], block_causal_mask(torch.ones(1, 2 * L, dtype=torch.bool), L)
-        ).logits
+        alone = m(ids, torch.arange(2 * L)[None], block_causal_mask(torch.ones(1, 2 * L, dtype=torch.bool), L)).logits
         padded = torch.cat([torch.zeros(1, L, dtype=torch.long), ids], 1)
         valid = torch.cat([torch.zeros(1, L, dtype=torch.bool), torch.ones(1, 2 * L, dtype=torch.bool)], 1)
         pos = torch.cat([torch.zeros(1, L, dtype=torch.long), torch.arange(2 * L)[None]], 1)
         out = m(padded, pos, block_causal_mask(valid, L)).logits[:, L:]
     torch.testing.assert_close(out, alone, atol=1e-5, rtol=0)
+
+
+def test_hub_id_offline_gives_actionable_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(CheckpointError, match="model.local_dir"):
+        load_backbone("JetLM/SDAR-1.7B-Chat", revision="main")
+
+
+def test_hub_id_resolves_from_a_hub_cache(monkeypatch, tmp_path):
+    """A repo id + revision found in the hub's cache layout loads offline, as on a GPU box with a warm cache."""
+    m = random_model()
+    snap = tmp_path / "hub" / "models--JetLM--SDAR-tiny-test" / "snapshots" / ("a" * 40)
+    save_backbone(m, snap)
+    refs = snap.parents[1] / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import importlib
+
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+    try:
+        got = load_backbone("JetLM/SDAR-tiny-test", revision="main")
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)
+    assert torch.equal(got.lm_head.weight, m.lm_head.weight)
