@@ -1,0 +1,486 @@
+"""Train the MRP head on collected trajectories (METHOD.md §2, training).
+
+    .venv/bin/python -m mrp_repro.train_mrp --profile tiny     # collects trajectories if missing; cached
+    .venv/bin/python -m mrp_repro.train_mrp --profile smoke    # seconds
+
+    from mrp_repro.train_mrp import train_for_profile, train_mrp, head_cost_ratio
+    head_dir = train_for_profile(profile, backbone)   # runs/<p>/mrp-<hash>/ (head/, metrics.json, loss curves)
+
+Loss (per batch): for k = 1..K (K = mrp.k_steps), the head chains k reveals from h_A,
+h_k = h_{k-1} + h_C(k) (residual) or h_C(k) (direct), and is fitted to the backbone's true
+state after k reveals, B_k = lm_head(h_k^true):
+
+    loss_k = sum over slots still masked after step k of (1/t) KL(softmax B_k || softmax(A + C_k))
+             / (answer slots of the batch's blocks)
+    loss   = mean_k loss_k
+
+with A = lm_head(h_A) (frozen) and C_k = lm_head(h_k - h_A) (residual; A + C_k = lm_head(h_k)),
+or A = 0 and C_k = lm_head(h_k) (direct). The KL is `kernels.residual_kl` (Triton on CUDA). K-step
+targets come from the trajectories' stored chains (steps 2..K reveal one slot each; rows whose
+chain is shorter contribute the steps they have). The head's KV cache of earlier blocks is
+rebuilt per batch from the clean context exactly as at inference (backbone block-causal
+prefill, then `MRPHead.commit`), here with gradients flowing through the cached keys/values.
+
+Optimiser: AdamW (lr mrp_training.lr), linear warmup over warmup_frac of the steps, cosine to
+min_lr_ratio. Batches are keyed by (seed, step), so a resumed run equals an uninterrupted one.
+Artifacts: head/ (mrp.safetensors in the released naming + mrp_config.json), metrics.json,
+loss_curve.csv / .json (train loss per step; held-out MRP KL and uncorrected KL(B || A) at every
+checkpoint), ckpt.pt (resume state), provenance.json, done.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mrp_repro.kernels import residual_kl
+from mrp_repro.model import SDARModel
+from mrp_repro.mrp import MRPHead, save_head
+from mrp_repro.runtime import artifact_dir, provenance, set_num_threads, write_json_atomic
+from mrp_repro.trajectories import load_trajectories, model_fingerprint
+
+__all__ = ["TrajectoryData", "mrp_loss", "train_mrp", "train_for_profile", "head_cost_ratio", "mrp_dir", "main"]
+
+MAX_HELDOUT_ROWS = 512
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class TrajectoryData:
+    """Trajectory rows as padded tensors: ids (N, S+1, L), hidden (N, S+1, L, H), ...; contexts as lists."""
+
+    def __init__(self, datasets_list, mask_id: int, block_size: int):
+        self.mask_id, self.L = mask_id, block_size
+        ids, hid, ctx, ans, nst, t, bstart, ex, src = [], [], [], [], [], [], [], [], []
+        S = 1
+        for si, ds in enumerate(datasets_list):
+            meta = json.loads(ds.info.description or "{}")
+            if meta.get("block_size", block_size) != block_size:
+                raise ValueError(f"trajectories of block {meta.get('block_size')} cannot train block {block_size}")
+            S = max(S, int(meta.get("chain_steps", 1)))
+            tbl = ds.data.table if hasattr(ds.data, "table") else ds.data
+            cols = {c: tbl.column(c).to_pylist() for c in ("ids", "context_ids", "answer_mask", "n_steps", "t",
+                                                             "block_start", "example")}
+            hcol = tbl.column("hidden").combine_chunks()
+            flat = np.asarray(hcol.values.to_numpy(zero_copy_only=False), dtype=np.float32)
+            offs = hcol.offsets.to_numpy()
+            for r in range(len(tbl)):
+                ids.append(np.asarray(cols["ids"][r], dtype=np.int64).reshape(-1, block_size))
+                hid.append(flat[offs[r] : offs[r + 1]].reshape(ids[-1].shape[0], block_size, -1))
+                ctx.append(cols["context_ids"][r])
+                ans.append(cols["answer_mask"][r])
+                nst.append(cols["n_steps"][r])
+                t.append(cols["t"][r])
+                bstart.append(cols["block_start"][r])
+                ex.append((si, cols["example"][r]))
+                src.append(si)
+        self.S = S
+        N = len(ids)
+        H = hid[0].shape[-1] if N else 0
+        self.ids = torch.full((N, S + 1, block_size), mask_id, dtype=torch.long)
+        self.hidden = torch.zeros(N, S + 1, block_size, H)
+        for r in range(N):
+            n = ids[r].shape[0]
+            self.ids[r, :n] = torch.from_numpy(ids[r])
+            self.hidden[r, :n] = torch.from_numpy(hid[r])
+            self.ids[r, n:] = self.ids[r, n - 1]
+            self.hidden[r, n:] = self.hidden[r, n - 1]
+        self.context = ctx
+        self.answer_mask = torch.tensor(ans, dtype=torch.bool).reshape(N, block_size)
+        self.n_steps = torch.tensor(nst, dtype=torch.long)
+        self.t = torch.tensor(t, dtype=torch.float32).clamp(min=1e-3)
+        self.block_start = torch.tensor(bstart, dtype=torch.long)
+        self.example = ex
+        self.source = torch.tensor(src, dtype=torch.long)
+
+    def __len__(self):
+        return self.ids.shape[0]
+
+    def split(self, heldout_frac: float, seed: int):
+        """(train row indices, held-out row indices), split by example so no prompt is in both."""
+        exs = sorted(set(self.example))
+        random.Random(f"mrp-heldout|{seed}").shuffle(exs)
+        n_h = max(1, int(round(heldout_frac * len(exs)))) if heldout_frac > 0 else 0
+        held = set(exs[:n_h])
+        is_h = torch.tensor([e in held for e in self.example], dtype=torch.bool)
+        return (~is_h).nonzero().flatten(), is_h.nonzero().flatten()
+
+    def batch(self, rows: torch.Tensor, device) -> dict:
+        L = self.L
+        ctx = [self.context[int(r)] for r in rows]
+        C = max((len(c) for c in ctx), default=0)
+        B = len(rows)
+        ctx_ids = torch.full((B, C), self.mask_id, dtype=torch.long)
+        kv = torch.zeros(B, C, dtype=torch.bool)
+        pos = torch.zeros(B, C, dtype=torch.long)
+        for i, c in enumerate(ctx):
+            pad = C - len(c)  # contexts are whole blocks, so left padding keeps block alignment
+            ctx_ids[i, pad:] = torch.tensor(c, dtype=torch.long)
+            kv[i, pad:] = True
+            pos[i, pad:] = torch.arange(len(c))
+        return dict(
+            ctx_ids=ctx_ids.to(device),
+            ctx_valid=kv.to(device),
+            ctx_pos=pos.to(device),
+            positions=(self.block_start[rows][:, None] + torch.arange(L)[None]).to(device),
+            ids=self.ids[rows].to(device),
+            hidden=self.hidden[rows].to(device),
+            n_steps=self.n_steps[rows].to(device),
+            t=self.t[rows].to(device),
+            answer_mask=self.answer_mask[rows].to(device),
+        )
+
+
+class _GradCache:
+    """A one-shot KV cache for training: holds the tensors (with their autograd graph) instead of
+    copying them into a preallocated buffer, so the loss reaches the head's weights through the
+    cached keys/values of the context as well. Same interface as model.KVCache for MRPHead."""
+
+    def __init__(self, B: int, nkv: int, hd: int, device, dtype, num_layers: int):
+        self._empty = torch.zeros(B, nkv, 0, hd, device=device, dtype=dtype)
+        self.k: list = [None] * num_layers
+        self.v: list = [None] * num_layers
+        self.valid = torch.zeros(B, 0, dtype=torch.bool, device=device)
+        self.length = 0
+
+    def past(self, layer: int):
+        if self.length == 0:
+            return self._empty, self._empty
+        return self.k[layer], self.v[layer]
+
+    def write(self, layer: int, k, v):
+        if self.length:
+            raise RuntimeError("_GradCache is written once")
+        self.k[layer], self.v[layer] = k, v
+
+    def advance(self, key_valid):
+        self.valid, self.length = key_valid, key_valid.shape[1]
+
+
+def build_head_cache(head: MRPHead, model: SDARModel, batch: dict, block_size: int, grad: bool = True):
+    """The head's cache of the clean context: backbone block-causal prefill, then MRPHead.commit."""
+    ids, kv, pos = batch["ctx_ids"], batch["ctx_valid"], batch["ctx_pos"]
+    B, C = ids.shape
+    cfg = head.config
+    p = head.eh_proj.weight
+    cache = _GradCache(B, cfg.num_kv_heads, cfg.head_dim, p.device, p.dtype, head.num_layers)
+    if C == 0:
+        return cache
+    with torch.no_grad():
+        bcache = model.new_cache(B, C)
+        h_clean = model.prefill(ids, pos, kv, bcache, block_size).hidden
+    commit = getattr(MRPHead.commit, "__wrapped__", None) if grad else None
+    if commit is not None:
+        commit(head, h_clean, ids, pos, model.embed_tokens, cache, key_valid=kv, block_size=block_size)
+    else:
+        head.commit(h_clean, ids, pos, model.embed_tokens, cache, key_valid=kv, block_size=block_size)
+    return cache
+
+
+def mrp_loss(head: MRPHead, model: SDARModel, batch: dict, k_steps: int, mask_id: int, block_size: int,
+             grad_cache: bool = True, with_stats: bool = False):
+    """The training loss (see the module docstring); with_stats adds unweighted per-slot KL sums of the
+    head and of the uncorrected baseline KL(B_k || A) for evaluation."""
+    cache = build_head_cache(head, model, batch, block_size, grad=grad_cache)
+    lm_head, embed = model.lm_head, model.embed_tokens
+    h_A = batch["hidden"][:, 0]
+    with torch.no_grad():
+        A_full = lm_head(h_A)
+    denom = batch["answer_mask"].sum().clamp(min=1).float()
+    h = h_A
+    total = 0.0
+    stats = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
+    K = min(k_steps, batch["ids"].shape[1] - 1)
+    for k in range(1, K + 1):
+        ids_k = batch["ids"][:, k]
+        h = head.step(h, ids_k, batch["positions"], embed, cache)
+        still = (ids_k == mask_id) & (batch["n_steps"] >= k)[:, None]
+        if not still.any():
+            continue
+        with torch.no_grad():
+            B_k = lm_head(batch["hidden"][:, k][still])
+        A = A_full[still] if head.objective == "residual" else torch.zeros_like(B_k)
+        C = lm_head((h - h_A)[still] if head.objective == "residual" else h[still])
+        kl = residual_kl(A, C, B_k)
+        w = (1.0 / batch["t"])[:, None].expand_as(still)[still]
+        total = total + (kl * w).sum() / denom
+        if with_stats:
+            with torch.no_grad():
+                base = residual_kl(A_full[still], torch.zeros_like(B_k), B_k)
+                stats["kl_sum"] += float(kl.sum())
+                stats["base_sum"] += float(base.sum())
+                stats["n"] += int(still.sum())
+                if k == 1:
+                    stats["kl1_sum"], stats["base1_sum"], stats["n1"] = float(kl.sum()), float(base.sum()), int(still.sum())
+    loss = total / K if torch.is_tensor(total) else torch.zeros((), requires_grad=True)
+    return (loss, stats) if with_stats else loss
+
+
+@torch.no_grad()
+def evaluate(head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int,
+             device) -> dict:
+    """Held-out: the weighted loss and the mean KL per still-masked slot of the head vs the uncorrected A."""
+    was = head.training
+    head.eval()
+    agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
+    loss_sum, nb = 0.0, 0
+    for lo in range(0, len(rows), batch_size):
+        b = data.batch(rows[lo : lo + batch_size], device)
+        loss, st = mrp_loss(head, model, b, k_steps, mask_id, data.L, grad_cache=False, with_stats=True)
+        loss_sum += float(loss)
+        nb += 1
+        for key in agg:
+            agg[key] += st[key]
+    head.train(was)
+    return dict(
+        heldout_loss=loss_sum / max(nb, 1),
+        heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
+        heldout_baseline_kl=agg["base_sum"] / max(agg["n"], 1),
+        heldout_kl_step1=agg["kl1_sum"] / max(agg["n1"], 1),
+        heldout_baseline_kl_step1=agg["base1_sum"] / max(agg["n1"], 1),
+        heldout_slots=agg["n"],
+    )
+
+
+# ----------------------------------------------------------------------------- cost
+
+
+@torch.no_grad()
+def head_cost_ratio(backbone_model: SDARModel, head: MRPHead, batch: int, block: int, context_blocks: int = 4,
+                    repeats: int = 10) -> float:
+    """Measured wall time of one head call / one backbone forward_block (median of `repeats`), both on
+    `batch` rows of one block with `context_blocks` blocks in their caches."""
+    dev = backbone_model.lm_head.weight.device
+    V = backbone_model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    C = context_blocks * block
+    ctx = torch.randint(0, V, (batch, C), generator=g).to(dev)
+    ids = torch.randint(0, V, (batch, block), generator=g).to(dev)
+    cpos = torch.arange(C, device=dev)[None].expand(batch, -1)
+    pos = (C + torch.arange(block, device=dev))[None].expand(batch, -1)
+    kv = torch.ones(batch, C, dtype=torch.bool, device=dev)
+    bcache = backbone_model.new_cache(batch, C)
+    hcache = head.new_cache(batch, C)
+    if C:
+        out = backbone_model.prefill(ctx, cpos, kv, bcache, block)
+        head.commit(out.hidden, ctx, cpos, backbone_model.embed_tokens, hcache, key_valid=kv, block_size=block)
+    h = backbone_model.forward_block(ids, pos, bcache).hidden
+
+    def timed(fn):
+        fn()  # warm-up
+        ts = []
+        for _ in range(repeats):
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            fn()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+
+    t_bb = timed(lambda: backbone_model.forward_block(ids, pos, bcache))
+    t_head = timed(lambda: backbone_model.lm_head(head.step(h, ids, pos, backbone_model.embed_tokens, hcache)))
+    return t_head / t_bb
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _lr_lambda(steps: int, warmup: int, min_ratio: float):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(warmup, 1)
+        prog = min(1.0, (step - warmup) / max(steps - warmup, 1))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
+
+    return f
+
+
+def _sources(profile) -> list[str]:
+    ts = profile.mrp.train_source
+    return [ts] if isinstance(ts, str) else list(ts)
+
+
+def _save_ckpt(out_dir: Path, step, head, opt, sched, curve, heldout):
+    tmp = out_dir / ".ckpt.pt.tmp"
+    torch.save(dict(step=step, head=head.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
+                    curve=curve, heldout=heldout), tmp)
+    os.replace(tmp, out_dir / "ckpt.pt")
+
+
+def _write_curves(out_dir: Path, curve: list[dict], heldout: list[dict]) -> None:
+    fields = ["step", "split", "loss", "lr", "elapsed_s", "heldout_loss", "heldout_kl", "heldout_baseline_kl",
+              "heldout_kl_step1", "heldout_baseline_kl_step1"]
+    rows = [{"split": "train", **r} for r in curve] + [{"split": "heldout", **r} for r in heldout]
+    rows.sort(key=lambda r: (r["step"], r["split"]))
+    tmp = out_dir / ".loss_curve.csv.tmp"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, out_dir / "loss_curve.csv")
+    write_json_atomic(out_dir / "loss_curve.json", {"train": curve, "heldout": heldout})
+
+
+def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = True, resume: bool = True,
+              stop_after: int | None = None) -> dict:
+    """Train a head on the trajectories in `trajectories_dir` (a directory or a list: a mix of sources).
+
+    backbone: a `backbone.Backbone` (or anything with .model and .mask_id). stop_after: return after that
+    many steps of this call (tests use it to simulate a killed run). Returns the metrics dict."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
+    mc, tc = profile.mrp, profile.mrp_training
+    dev = model.lm_head.weight.device
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.eval()
+    dirs = [trajectories_dir] if isinstance(trajectories_dir, (str, os.PathLike)) else list(trajectories_dir)
+    bb_hash = model_fingerprint(model)
+    data = TrajectoryData([load_trajectories(d, expect={"backbone_hash": bb_hash}) for d in dirs], mask_id, L)
+    if mc.k_steps > data.S:
+        raise ValueError(f"mrp.k_steps={mc.k_steps} but the trajectories hold chains of {data.S} steps; recollect "
+                         f"with chain_steps >= {mc.k_steps}")
+    train_rows, held_rows = data.split(tc.heldout_frac, profile.seed)
+    held_rows = held_rows[:MAX_HELDOUT_ROWS]
+    if len(train_rows) == 0:
+        raise ValueError("no training rows")
+
+    torch.manual_seed(profile.seed)
+    head = MRPHead(model.config, mc.num_layers, mc.objective)
+    head.init_weights(mc.init, mc.init_std, generator=torch.Generator().manual_seed(profile.seed))
+    head.to(device=dev, dtype=model.lm_head.weight.dtype).train()
+    opt = torch.optim.AdamW(head.parameters(), lr=tc.lr)
+    warm = max(1, int(round(tc.warmup_frac * tc.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(tc.steps, warm, tc.min_lr_ratio))
+    curve, heldout, start = [], [], 0
+    ck = out / "ckpt.pt"
+    if resume and ck.exists():
+        st = torch.load(ck, map_location=dev, weights_only=False)
+        head.load_state_dict(st["head"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        curve, heldout, start = st["curve"], st["heldout"], st["step"]
+    bs = tc.batch_size
+    t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
+    if not heldout and len(held_rows):
+        heldout.append({"step": 0, **evaluate(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=tc.steps, initial=start, desc="train MRP", unit="step")
+    step = start
+    for step in range(start, tc.steps):
+        if stop_after is not None and step - start >= stop_after:
+            break
+        g = torch.Generator().manual_seed(int(hashlib.sha256(f"mrp-batch|{profile.seed}|{step}".encode())
+                                              .hexdigest()[:15], 16))
+        rows = train_rows[torch.randint(len(train_rows), (min(bs, len(train_rows)),), generator=g)]
+        loss = mrp_loss(head, model, data.batch(rows, dev), mc.k_steps, mask_id, L)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        curve.append(dict(step=step + 1, loss=float(loss), lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{float(loss):.4f}")
+        if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
+            if len(held_rows):
+                heldout.append({"step": step + 1,
+                                **evaluate(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
+            _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
+            _write_curves(out, curve, heldout)
+    else:
+        step = tc.steps
+    if bar is not None:
+        bar.close()
+    if step < tc.steps:  # interrupted on purpose (stop_after)
+        return {"step": step, "finished": False}
+    ratio = head_cost_ratio(model, head.eval(), batch=min(bs, 32), block=L)
+    first, last = (heldout[0], heldout[-1]) if heldout else ({}, {})
+    metrics = dict(
+        finished=True,
+        steps=tc.steps,
+        train_rows=len(train_rows),
+        heldout_rows=len(held_rows),
+        train_sources=_sources(profile),
+        train_time_s=curve[-1]["elapsed_s"] if curve else 0.0,
+        final_train_loss=float(np.mean([c["loss"] for c in curve[-20:]])) if curve else None,
+        initial_heldout_kl=first.get("heldout_kl"),
+        heldout_kl=last.get("heldout_kl"),
+        heldout_baseline_kl=last.get("heldout_baseline_kl"),
+        heldout_kl_step1=last.get("heldout_kl_step1"),
+        heldout_baseline_kl_step1=last.get("heldout_baseline_kl_step1"),
+        heldout_loss=last.get("heldout_loss"),
+        head_cost_ratio=ratio,
+        head_cost_ratio_batch=min(bs, 32),
+        head_parameters=sum(p.numel() for p in head.parameters()),
+        backbone_parameters=sum(p.numel() for p in model.parameters()),
+        backbone_hash=bb_hash,
+        k_steps=mc.k_steps,
+        objective=mc.objective,
+    )
+    _write_curves(out, curve, heldout)
+    save_head(head, out / "head", extra=dict(backbone_hash=bb_hash, train_sources=_sources(profile),
+                                             k_steps=mc.k_steps))
+    write_json_atomic(out / "metrics.json", metrics)
+    write_json_atomic(out / "provenance.json", provenance(profile, dev))
+    write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
+    return metrics
+
+
+def mrp_dir(profile, backbone) -> Path:
+    key = hashlib.sha256(
+        f"{profile.section_hash('mrp', 'mrp_training', 'trajectories', 'data')}|{model_fingerprint(backbone.model)}"
+        .encode()
+    ).hexdigest()[:12]
+    return artifact_dir(profile, "mrp", key)
+
+
+def train_for_profile(profile, backbone, progress: bool = True) -> Path:
+    """The trained head's artifact directory (head weights in <dir>/head); trains (and collects
+    trajectories) only when missing, so a second call returns at once."""
+    from mrp_repro.trajectories import collect_for_profile
+
+    out = mrp_dir(profile, backbone)
+    if (out / "done.json").exists():
+        return out
+    dirs = [collect_for_profile(profile, backbone, s, progress=progress).parent for s in _sources(profile)]
+    train_mrp(profile, backbone, dirs, out, progress=progress, resume=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    from mrp_repro.backbone import load_for_profile
+    from mrp_repro.config import load_profile
+
+    profile = load_profile(args.profile)
+    set_num_threads(profile.backbone_training.num_threads)
+    bb = load_for_profile(profile, progress=not args.no_progress)
+    out = train_for_profile(profile, bb, progress=not args.no_progress)
+    print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
