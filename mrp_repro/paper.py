@@ -206,7 +206,7 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """Rows of a and b on the same problems (inner join on problem_id)."""
     a = a.drop_duplicates("problem_id").set_index("problem_id")[cols]
     b = b.drop_duplicates("problem_id").set_index("problem_id")[cols]
-    return a.join(b, lsuffix="_m", rsuffix="_s", how="inner")
+    return a.add_suffix("_m").join(b.add_suffix("_s"), how="inner")
 
 
 def accuracy_summary(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
