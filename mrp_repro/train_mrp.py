@@ -93,7 +93,7 @@ class TrajectoryData:
         for r in range(N):
             n = ids[r].shape[0]
             self.ids[r, :n] = torch.from_numpy(ids[r])
-            self.hidden[r, :n] = torch.from_numpy(hid[r])
+            self.hidden[r, :n] = torch.from_numpy(np.array(hid[r]))
             self.ids[r, n:] = self.ids[r, n - 1]
             self.hidden[r, n:] = self.hidden[r, n - 1]
         self.context = ctx
@@ -396,10 +396,10 @@ def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = Tru
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
-        curve.append(dict(step=step + 1, loss=float(loss), lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
+        curve.append(dict(step=step + 1, loss=float(loss.detach()), lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{float(loss):.4f}")
+            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
             if len(held_rows):
                 heldout.append({"step": step + 1,

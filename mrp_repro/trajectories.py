@@ -392,8 +392,8 @@ def _check_settings(manifest: dict, settings: dict, out_dir: Path) -> None:
 def _verify_shard(out_dir: Path, entry: dict) -> None:
     path = out_dir / entry["file"]
     if not path.exists():
-        raise TrajectoryError(f"shard {path} is listed in the manifest but missing; delete the manifest entry "
-                              f"or the directory and rerun the collection")
+        raise TrajectoryError(f"shard {path} is listed in the manifest but missing; rerun the collection "
+                              f"(it resumes and rewrites only the missing shards)")
     sha = _sha256_file(path)
     if sha != entry["sha256"]:
         raise TrajectoryError(
@@ -453,6 +453,8 @@ def collect(
     if mpath.exists():
         manifest = json.loads(mpath.read_text())
         _check_settings(manifest, settings, out)
+        manifest["shards"] = [e for e in manifest["shards"] if (out / e["file"]).exists()]  # deleted: redo
+        manifest["complete"] = False
         for e in manifest["shards"]:
             _verify_shard(out, e)
     else:

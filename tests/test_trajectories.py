@@ -1,0 +1,150 @@
+"""Trajectory collection: layout, consistency with inference, resume, corruption and mismatch errors."""
+
+import random
+
+import pytest
+import torch
+
+from mrp_repro.model import ModelConfig, SDARModel
+from mrp_repro.trajectories import TrajectoryError, collect, load_trajectories, read_manifest
+
+MASK, EOS, L = 1, 2, 4
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=20, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
+                      num_kv_heads=1, head_dim=16)
+    return SDARModel(cfg).init_weights(0.2).eval()
+
+
+def examples(n, seed=0):
+    rng = random.Random(seed)
+    return [
+        ([rng.randrange(3, 20) for _ in range(rng.choice([3, 4, 8]))],
+         [rng.randrange(3, 20) for _ in range(rng.choice([5, 8, 11]))])
+        for _ in range(n)
+    ]
+
+
+def run(model, items, source, out, hook=None, shard_size=4):
+    return collect(model, MASK, items, source, out, shard_size, seed=0, progress=False, block_size=L,
+                   eos_ids=[EOS], pad_id=0, max_new_tokens=8, hook=hook)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("source", ["gt-multi", "self"])
+def test_resume_equals_uninterrupted(tmp_path, source):
+    model = tiny_model()
+    items = examples(10) if source != "self" else [p for p, _ in examples(10)]
+    run(model, items, source, tmp_path / "full")
+
+    def hook(example, block):
+        if example == 6:  # inside the second shard (examples 4..7)
+            raise Stop
+
+    with pytest.raises(Stop):
+        run(model, items, source, tmp_path / "cut", hook=hook)
+    man = read_manifest(tmp_path / "cut")
+    assert [e["index"] for e in man["shards"]] == [0] and not man["complete"]
+    with pytest.raises(TrajectoryError, match="unfinished"):
+        load_trajectories(tmp_path / "cut")
+    run(model, items, source, tmp_path / "cut")
+    a, b = load_trajectories(tmp_path / "full"), load_trajectories(tmp_path / "cut")
+    assert len(a) > 0 and a.data.table.equals(b.data.table)
+    assert read_manifest(tmp_path / "cut")["n_rows"] == len(a)
+
+
+def test_gt_rows_match_inference(tmp_path):
+    """Stored hidden states equal the cached forward_block the decoders run; reveals are recorded."""
+    model = tiny_model()
+    items = examples(4)
+    run(model, items, "gt", tmp_path)
+    ds = load_trajectories(tmp_path)
+    H = model.config.hidden_size
+    for row in ds.select(range(min(6, len(ds)))):
+        S = row["n_steps"]
+        ids = torch.tensor(row["ids"]).view(S + 1, L)
+        hid = torch.tensor(row["hidden"]).view(S + 1, L, H)
+        ctx = torch.tensor(row["context_ids"])[None]
+        assert row["block_start"] == ctx.shape[1] and ctx.shape[1] % L == 0
+        pos = row["block_start"] + torch.arange(L)[None]
+        cache = model.new_cache(1, max(ctx.shape[1], 1))
+        with torch.no_grad():
+            if ctx.shape[1]:
+                model.prefill(ctx, torch.arange(ctx.shape[1])[None], torch.ones_like(ctx, dtype=torch.bool), cache, L)
+            for s in range(S + 1):
+                ref = model.forward_block(ids[s][None], pos, cache).hidden[0]
+                torch.testing.assert_close(hid[s], ref, atol=1e-4, rtol=1e-4)
+        rs = torch.tensor(row["reveal_step"])
+        assert (rs == 1).sum() == 1 and torch.tensor(row["reveal_pos"]).tolist() == (rs == 1).nonzero().flatten().tolist()
+        assert ids[0][rs == 1].tolist() == [MASK] and ids[1][rs == 1].tolist() == row["reveal_tok"]
+        assert (ids[S] == MASK).any(), "every step leaves a supervised slot"
+        assert ids[1][row["next_pos"]] == MASK
+
+
+def test_self_rows_follow_static_decoding(tmp_path):
+    from mrp_repro.decoding.engine import Static, generate
+
+    model = tiny_model()
+    prompts = [p for p, _ in examples(3)]
+    run(model, prompts, "self", tmp_path)
+    ds = load_trajectories(tmp_path)
+    res = generate(model, prompts, Static(), L, MASK, [EOS], 8, pad_id=0)
+    assert len(ds) > 0
+    for r in range(len(prompts)):
+        rows = [row for row in ds if row["example"] == r]
+        trace = [(e["block"], e["pos"], e["token"]) for e in res.trace if e["row"] == r]
+        by_block = {}
+        for blk, pos, tok in trace:
+            by_block.setdefault(blk, []).append((pos, tok))
+        # one row per step but the last of each block; its reveal and next pick are the backbone's static picks
+        got = {}
+        for row in rows:
+            got.setdefault(row["step"], []).append(row)
+        blocks = sorted(by_block)
+        assert len(rows) == sum(len(v) - 1 for v in by_block.values())
+        seq = [(row["reveal_pos"][0], row["reveal_tok"][0], row["next_pos"], row["next_tok"]) for row in rows]
+        want = [(*v[s], *v[s + 1]) for b in blocks for v in [by_block[b]] for s in range(len(v) - 1)]
+        assert seq == want
+
+
+def test_corrupted_shard_is_named(tmp_path):
+    model = tiny_model()
+    run(model, examples(8), "gt", tmp_path)
+    shard = tmp_path / "shard-00001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(TrajectoryError, match="shard-00001.parquet.*corrupted.*delete"):
+        load_trajectories(tmp_path)
+    with pytest.raises(TrajectoryError, match="shard-00001.parquet"):
+        run(model, examples(8), "gt", tmp_path)
+    full = tmp_path.parent / "full"
+    run(model, examples(8), "gt", full)
+    shard.unlink()  # the advice works: delete it and rerun
+    with pytest.raises(TrajectoryError, match="missing"):
+        load_trajectories(tmp_path)
+    run(model, examples(8), "gt", tmp_path)
+    assert load_trajectories(tmp_path).data.table.equals(load_trajectories(full).data.table)
+
+
+def test_mismatched_manifest(tmp_path):
+    run(tiny_model(0), examples(4), "gt", tmp_path)
+    with pytest.raises(TrajectoryError, match="another backbone"):
+        run(tiny_model(1), examples(4), "gt", tmp_path)
+    with pytest.raises(TrajectoryError, match="source"):
+        run(tiny_model(0), examples(4), "gt-multi", tmp_path)
+    with pytest.raises(TrajectoryError, match="another backbone"):
+        load_trajectories(tmp_path, expect={"backbone_hash": "0" * 16})
