@@ -169,3 +169,35 @@ def load_head(path: str | os.PathLike, backbone_cfg: ModelConfig, device="cpu", 
     if missing or unexpected:
         raise ValueError(f"{path}: head weights do not match: missing {missing}, unexpected {unexpected}")
     return head.to(device=device, dtype=dtype).eval()
+
+
+# -- the released checkpoints (heavyball/sdar-*-mrp-3lyr): one state dict, backbone + head ----------
+
+
+def split_released_state(state: dict[str, torch.Tensor]) -> tuple[dict, dict]:
+    """Split a released whole-model state dict into (head state with MRPHead names, backbone state).
+
+    The head lives under `mrp_modules.0.model.*` (enorm, hnorm, eh_proj, layers.N.*, norm); every other
+    tensor (`model.*`, `lm_head.weight`) is the frozen SDAR backbone's."""
+    head = {k.removeprefix(PREFIX): v for k, v in state.items() if k.startswith(PREFIX)}
+    other = {k: v for k, v in state.items() if not k.startswith("mrp_modules.")}
+    if not head:
+        raise ValueError(f"no MRP head in this state dict (no key starts with {PREFIX!r})")
+    return head, other
+
+
+def head_from_released(
+    state: dict[str, torch.Tensor],
+    backbone_cfg: ModelConfig,
+    objective: str = "residual",
+    device="cpu",
+    dtype=torch.float32,
+) -> MRPHead:
+    """An MRPHead holding the released head weights (layer count read from the keys)."""
+    head_state, _ = split_released_state(state)
+    n = 1 + max(int(k.split(".")[1]) for k in head_state if k.startswith("layers."))
+    head = MRPHead(backbone_cfg, n, objective)
+    missing, unexpected = head.load_state_dict(head_state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"released head weights do not match: missing {missing}, unexpected {unexpected}")
+    return head.to(device=device, dtype=dtype).eval()

@@ -70,8 +70,10 @@ class TrajectoryData:
                 raise ValueError(f"trajectories of block {meta.get('block_size')} cannot train block {block_size}")
             S = max(S, int(meta.get("chain_steps", 1)))
             tbl = ds.data.table if hasattr(ds.data, "table") else ds.data
-            cols = {c: tbl.column(c).to_pylist() for c in ("ids", "context_ids", "answer_mask", "n_steps", "t",
-                                                             "block_start", "example")}
+            cols = {
+                c: tbl.column(c).to_pylist()
+                for c in ("ids", "context_ids", "answer_mask", "n_steps", "t", "block_start", "example")
+            }
             hcol = tbl.column("hidden").combine_chunks()
             flat = np.asarray(hcol.values.to_numpy(zero_copy_only=False), dtype=np.float32)
             offs = hcol.offsets.to_numpy()
@@ -188,8 +190,16 @@ def build_head_cache(head: MRPHead, model: SDARModel, batch: dict, block_size: i
     return cache
 
 
-def mrp_loss(head: MRPHead, model: SDARModel, batch: dict, k_steps: int, mask_id: int, block_size: int,
-             grad_cache: bool = True, with_stats: bool = False):
+def mrp_loss(
+    head: MRPHead,
+    model: SDARModel,
+    batch: dict,
+    k_steps: int,
+    mask_id: int,
+    block_size: int,
+    grad_cache: bool = True,
+    with_stats: bool = False,
+):
     """The training loss (see the module docstring); with_stats adds unweighted per-slot KL sums of the
     head and of the uncorrected baseline KL(B_k || A) for evaluation."""
     cache = build_head_cache(head, model, batch, block_size, grad=grad_cache)
@@ -222,14 +232,19 @@ def mrp_loss(head: MRPHead, model: SDARModel, batch: dict, k_steps: int, mask_id
                 stats["base_sum"] += float(base.sum())
                 stats["n"] += int(still.sum())
                 if k == 1:
-                    stats["kl1_sum"], stats["base1_sum"], stats["n1"] = float(kl.sum()), float(base.sum()), int(still.sum())
+                    stats["kl1_sum"], stats["base1_sum"], stats["n1"] = (
+                        float(kl.sum()),
+                        float(base.sum()),
+                        int(still.sum()),
+                    )
     loss = total / K if torch.is_tensor(total) else torch.zeros((), requires_grad=True)
     return (loss, stats) if with_stats else loss
 
 
 @torch.no_grad()
-def evaluate(head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int,
-             device) -> dict:
+def evaluate(
+    head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int, device
+) -> dict:
     """Held-out: the weighted loss and the mean KL per still-masked slot of the head vs the uncorrected A."""
     was = head.training
     head.eval()
@@ -257,8 +272,9 @@ def evaluate(head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int
 
 
 @torch.no_grad()
-def head_cost_ratio(backbone_model: SDARModel, head: MRPHead, batch: int, block: int, context_blocks: int = 4,
-                    repeats: int = 10) -> float:
+def head_cost_ratio(
+    backbone_model: SDARModel, head: MRPHead, batch: int, block: int, context_blocks: int = 4, repeats: int = 10
+) -> float:
     """Measured wall time of one head call / one backbone forward_block (median of `repeats`), both on
     `batch` rows of one block with `context_blocks` blocks in their caches."""
     dev = backbone_model.lm_head.weight.device
@@ -315,14 +331,33 @@ def _sources(profile) -> list[str]:
 
 def _save_ckpt(out_dir: Path, step, head, opt, sched, curve, heldout):
     tmp = out_dir / ".ckpt.pt.tmp"
-    torch.save(dict(step=step, head=head.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
-                    curve=curve, heldout=heldout), tmp)
+    torch.save(
+        dict(
+            step=step,
+            head=head.state_dict(),
+            optimizer=opt.state_dict(),
+            scheduler=sched.state_dict(),
+            curve=curve,
+            heldout=heldout,
+        ),
+        tmp,
+    )
     os.replace(tmp, out_dir / "ckpt.pt")
 
 
 def _write_curves(out_dir: Path, curve: list[dict], heldout: list[dict]) -> None:
-    fields = ["step", "split", "loss", "lr", "elapsed_s", "heldout_loss", "heldout_kl", "heldout_baseline_kl",
-              "heldout_kl_step1", "heldout_baseline_kl_step1"]
+    fields = [
+        "step",
+        "split",
+        "loss",
+        "lr",
+        "elapsed_s",
+        "heldout_loss",
+        "heldout_kl",
+        "heldout_baseline_kl",
+        "heldout_kl_step1",
+        "heldout_baseline_kl_step1",
+    ]
     rows = [{"split": "train", **r} for r in curve] + [{"split": "heldout", **r} for r in heldout]
     rows.sort(key=lambda r: (r["step"], r["split"]))
     tmp = out_dir / ".loss_curve.csv.tmp"
@@ -334,8 +369,15 @@ def _write_curves(out_dir: Path, curve: list[dict], heldout: list[dict]) -> None
     write_json_atomic(out_dir / "loss_curve.json", {"train": curve, "heldout": heldout})
 
 
-def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = True, resume: bool = True,
-              stop_after: int | None = None) -> dict:
+def train_mrp(
+    profile,
+    backbone,
+    trajectories_dir,
+    out_dir,
+    progress: bool = True,
+    resume: bool = True,
+    stop_after: int | None = None,
+) -> dict:
     """Train a head on the trajectories in `trajectories_dir` (a directory or a list: a mix of sources).
 
     backbone: a `backbone.Backbone` (or anything with .model and .mask_id). stop_after: return after that
@@ -352,8 +394,10 @@ def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = Tru
     bb_hash = model_fingerprint(model)
     data = TrajectoryData([load_trajectories(d, expect={"backbone_hash": bb_hash}) for d in dirs], mask_id, L)
     if mc.k_steps > data.S:
-        raise ValueError(f"mrp.k_steps={mc.k_steps} but the trajectories hold chains of {data.S} steps; recollect "
-                         f"with chain_steps >= {mc.k_steps}")
+        raise ValueError(
+            f"mrp.k_steps={mc.k_steps} but the trajectories hold chains of {data.S} steps; recollect "
+            f"with chain_steps >= {mc.k_steps}"
+        )
     train_rows, held_rows = data.split(tc.heldout_frac, profile.seed)
     held_rows = held_rows[:MAX_HELDOUT_ROWS]
     if len(train_rows) == 0:
@@ -387,8 +431,9 @@ def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = Tru
     for step in range(start, tc.steps):
         if stop_after is not None and step - start >= stop_after:
             break
-        g = torch.Generator().manual_seed(int(hashlib.sha256(f"mrp-batch|{profile.seed}|{step}".encode())
-                                              .hexdigest()[:15], 16))
+        g = torch.Generator().manual_seed(
+            int(hashlib.sha256(f"mrp-batch|{profile.seed}|{step}".encode()).hexdigest()[:15], 16)
+        )
         rows = train_rows[torch.randint(len(train_rows), (min(bs, len(train_rows)),), generator=g)]
         loss = mrp_loss(head, model, data.batch(rows, dev), mc.k_steps, mask_id, L)
         opt.zero_grad(set_to_none=True)
@@ -396,14 +441,17 @@ def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = Tru
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
-        curve.append(dict(step=step + 1, loss=float(loss.detach()), lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
+        curve.append(
+            dict(step=step + 1, loss=float(loss.detach()), lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0)
+        )
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
             if len(held_rows):
-                heldout.append({"step": step + 1,
-                                **evaluate(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
+                heldout.append(
+                    {"step": step + 1, **evaluate(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)}
+                )
             _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
             _write_curves(out, curve, heldout)
     else:
@@ -437,8 +485,9 @@ def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = Tru
         objective=mc.objective,
     )
     _write_curves(out, curve, heldout)
-    save_head(head, out / "head", extra=dict(backbone_hash=bb_hash, train_sources=_sources(profile),
-                                             k_steps=mc.k_steps))
+    save_head(
+        head, out / "head", extra=dict(backbone_hash=bb_hash, train_sources=_sources(profile), k_steps=mc.k_steps)
+    )
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "provenance.json", provenance(profile, dev))
     write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
@@ -447,8 +496,11 @@ def train_mrp(profile, backbone, trajectories_dir, out_dir, progress: bool = Tru
 
 def mrp_dir(profile, backbone) -> Path:
     key = hashlib.sha256(
-        f"{profile.section_hash('mrp', 'mrp_training', 'trajectories', 'data')}|{model_fingerprint(backbone.model)}"
-        .encode()
+        (
+            profile.section_hash("mrp", "mrp_training", "trajectories", "data")
+            + "|"
+            + model_fingerprint(backbone.model)
+        ).encode()
     ).hexdigest()[:12]
     return artifact_dir(profile, "mrp", key)
 

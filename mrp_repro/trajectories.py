@@ -208,7 +208,11 @@ def _gt_rows(model, mask_id, examples, ex_offset, source, block_size, chain_step
                 masked[order[:2]] = True
             m = int(masked.sum())
             if source == "gt-multi":
-                k1 = 1 if float(torch.rand((), generator=gen)) < 0.5 else 1 + int(torch.randint(m - 1, (), generator=gen))
+                k1 = (
+                    1
+                    if float(torch.rand((), generator=gen)) < 0.5
+                    else 1 + int(torch.randint(m - 1, (), generator=gen))
+                )
             else:
                 k1 = 1
             perm = masked.nonzero().flatten()[torch.randperm(m, generator=gen)]
@@ -243,8 +247,23 @@ def _gt_rows(model, mask_id, examples, ex_offset, source, block_size, chain_step
             conf = torch.where(m1, conf, torch.full_like(conf, -1.0))
             npos = int(torch.argmax(conf))  # ties: lowest index, as top_masked
             rows.append(
-                _row(ex, b, 0, clean[: b * L], b * L, noisy[: n_steps + 1, sl], ans, reveal_step,
-                     rpos, clean[sl][rpos], npos, int(tok[npos]), hid[: n_steps + 1, sl], n_steps, t)
+                _row(
+                    ex,
+                    b,
+                    0,
+                    clean[: b * L],
+                    b * L,
+                    noisy[: n_steps + 1, sl],
+                    ans,
+                    reveal_step,
+                    rpos,
+                    clean[sl][rpos],
+                    npos,
+                    int(tok[npos]),
+                    hid[: n_steps + 1, sl],
+                    n_steps,
+                    t,
+                )
             )
     return rows
 
@@ -272,8 +291,9 @@ def _row(ex, block, step, context, block_start, ids, ans, reveal_step, rpos, rto
 # ----------------------------------------------------------------------------- self
 
 
-def _self_rows(model, mask_id, examples, ex_offset, block_size, chain_steps, eos_ids, pad_id, max_new_tokens,
-               batch_size, hook) -> list[dict]:
+def _self_rows(
+    model, mask_id, examples, ex_offset, block_size, chain_steps, eos_ids, pad_id, max_new_tokens, batch_size, hook
+) -> list[dict]:
     from mrp_repro.decoding.engine import Policy, generate, masked_confidence, top_masked
 
     L = block_size
@@ -324,9 +344,23 @@ def _self_rows(model, mask_id, examples, ex_offset, block_size, chain_steps, eos
                         reveal_step[int(steps[s + k][2][r])] = k + 1
                     t = float((ids[0] == mask_id).sum()) / max(int(ans.sum()), 1)
                     rows.append(
-                        _row(c["offset"] + r, st.block, s, ctx, len(ctx), ids, ans, reveal_step,
-                             [int(steps[s][2][r])], [int(steps[s][3][r])], int(steps[s + 1][2][r]),
-                             int(steps[s + 1][3][r]), hidden, n_steps, t)
+                        _row(
+                            c["offset"] + r,
+                            st.block,
+                            s,
+                            ctx,
+                            len(ctx),
+                            ids,
+                            ans,
+                            reveal_step,
+                            [int(steps[s][2][r])],
+                            [int(steps[s][3][r])],
+                            int(steps[s + 1][2][r]),
+                            int(steps[s + 1][3][r]),
+                            hidden,
+                            n_steps,
+                            t,
+                        )
                     )
                 if hook is not None:
                     hook(c["offset"] + r, st.block)
@@ -392,8 +426,10 @@ def _check_settings(manifest: dict, settings: dict, out_dir: Path) -> None:
 def _verify_shard(out_dir: Path, entry: dict) -> None:
     path = out_dir / entry["file"]
     if not path.exists():
-        raise TrajectoryError(f"shard {path} is listed in the manifest but missing; rerun the collection "
-                              f"(it resumes and rewrites only the missing shards)")
+        raise TrajectoryError(
+            f"shard {path} is listed in the manifest but missing; rerun the collection "
+            f"(it resumes and rewrites only the missing shards)"
+        )
     sha = _sha256_file(path)
     if sha != entry["sha256"]:
         raise TrajectoryError(
@@ -475,14 +511,27 @@ def collect(
             if i in done:
                 continue
             lo, hi = i * shard_size, min((i + 1) * shard_size, len(examples))
-            gen = torch.Generator().manual_seed(int(hashlib.sha256(f"traj|{seed}|{source}|{i}".encode())
-                                                    .hexdigest()[:15], 16))
+            gen = torch.Generator().manual_seed(
+                int(hashlib.sha256(f"traj|{seed}|{source}|{i}".encode()).hexdigest()[:15], 16)
+            )
             if source == "self":
-                rows = _self_rows(backbone_model, mask_id, examples[lo:hi], lo, block_size, chain_steps, eos_ids,
-                                  pad_id, max_new_tokens, batch_size, hook)
+                rows = _self_rows(
+                    backbone_model,
+                    mask_id,
+                    examples[lo:hi],
+                    lo,
+                    block_size,
+                    chain_steps,
+                    eos_ids,
+                    pad_id,
+                    max_new_tokens,
+                    batch_size,
+                    hook,
+                )
             else:
-                rows = _gt_rows(backbone_model, mask_id, examples[lo:hi], lo, source, block_size, chain_steps, gen,
-                                hook)
+                rows = _gt_rows(
+                    backbone_model, mask_id, examples[lo:hi], lo, source, block_size, chain_steps, gen, hook
+                )
             name = f"shard-{i:05d}.parquet"
             _write_shard(rows, out / name)
             manifest["shards"] = sorted(

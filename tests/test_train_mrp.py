@@ -25,8 +25,9 @@ def one_thread():
 
 def tiny_model(seed=0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=20, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
-                      num_kv_heads=1, head_dim=16)
+    cfg = ModelConfig(
+        vocab_size=20, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16
+    )
     return SDARModel(cfg).init_weights(0.2).eval()
 
 
@@ -35,16 +36,27 @@ def setup(tmp_path_factory):
     torch.set_num_threads(1)
     model = tiny_model()
     rng = random.Random(0)
-    items = [([rng.randrange(3, 20) for _ in range(rng.choice([4, 8]))],
-              [rng.randrange(3, 20) for _ in range(rng.choice([8, 12]))]) for _ in range(48)]
+    items = [
+        (
+            [rng.randrange(3, 20) for _ in range(rng.choice([4, 8]))],
+            [rng.randrange(3, 20) for _ in range(rng.choice([8, 12]))],
+        )
+        for _ in range(48)
+    ]
     d = tmp_path_factory.mktemp("traj")
     collect(model, MASK, items, "gt-multi", d, 16, seed=0, progress=False, block_size=L, eos_ids=[EOS])
     return model, d
 
 
 def profile(**over):
-    base = {"block_size": L, "mrp_training.steps": 40, "mrp_training.batch_size": 16,
-            "mrp_training.ckpt_every": 10, "mrp.k_steps": 2, "mrp_training.lr": 3e-3}
+    base = {
+        "block_size": L,
+        "mrp_training.steps": 40,
+        "mrp_training.batch_size": 16,
+        "mrp_training.ckpt_every": 10,
+        "mrp.k_steps": 2,
+        "mrp_training.lr": 3e-3,
+    }
     base.update(over)
     return load_profile("smoke").replace(base)
 
@@ -95,8 +107,9 @@ def test_training_reduces_heldout_kl_and_resumes(setup, tmp_path):
 def test_k_steps_beyond_stored_chain_is_an_error(setup, tmp_path):
     model, d = setup
     with pytest.raises(ValueError, match="chain"):
-        train_mrp(profile(**{"mrp.k_steps": 5}), SimpleNamespace(model=model, mask_id=MASK), d, tmp_path,
-                  progress=False)
+        train_mrp(
+            profile(**{"mrp.k_steps": 5}), SimpleNamespace(model=model, mask_id=MASK), d, tmp_path, progress=False
+        )
 
 
 def test_head_cost_ratio():
@@ -104,3 +117,19 @@ def test_head_cost_ratio():
     head = MRPHead(model.config, 1).init_weights()
     r = head_cost_ratio(model, head, batch=4, block=L, repeats=3)
     assert 0 < r < 10
+
+
+def test_head_from_released_state_dict():
+    from mrp_repro.mrp import PREFIX, head_from_released, split_released_state
+
+    model = tiny_model()
+    head = MRPHead(model.config, 3).init_weights("normal", 0.05)
+    state = {f"model.{k}": v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    state["lm_head.weight"] = model.lm_head.weight
+    state.update({PREFIX + k: v for k, v in head.state_dict().items()})
+    h, bb = split_released_state(state)
+    assert "lm_head.weight" in bb and not any(k.startswith("mrp_modules") for k in bb)
+    got = head_from_released(state, model.config)
+    assert got.num_layers == 3
+    for k, v in head.state_dict().items():
+        assert torch.equal(got.state_dict()[k], v)

@@ -13,23 +13,39 @@ MASK, EOS, L = 1, 2, 4
 
 def tiny_model(seed=0):
     torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=20, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2,
-                      num_kv_heads=1, head_dim=16)
+    cfg = ModelConfig(
+        vocab_size=20, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=16
+    )
     return SDARModel(cfg).init_weights(0.2).eval()
 
 
 def examples(n, seed=0):
     rng = random.Random(seed)
     return [
-        ([rng.randrange(3, 20) for _ in range(rng.choice([3, 4, 8]))],
-         [rng.randrange(3, 20) for _ in range(rng.choice([5, 8, 11]))])
+        (
+            [rng.randrange(3, 20) for _ in range(rng.choice([3, 4, 8]))],
+            [rng.randrange(3, 20) for _ in range(rng.choice([5, 8, 11]))],
+        )
         for _ in range(n)
     ]
 
 
 def run(model, items, source, out, hook=None, shard_size=4):
-    return collect(model, MASK, items, source, out, shard_size, seed=0, progress=False, block_size=L,
-                   eos_ids=[EOS], pad_id=0, max_new_tokens=8, hook=hook)
+    return collect(
+        model,
+        MASK,
+        items,
+        source,
+        out,
+        shard_size,
+        seed=0,
+        progress=False,
+        block_size=L,
+        eos_ids=[EOS],
+        pad_id=0,
+        max_new_tokens=8,
+        hook=hook,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -88,7 +104,9 @@ def test_gt_rows_match_inference(tmp_path):
                 ref = model.forward_block(ids[s][None], pos, cache).hidden[0]
                 torch.testing.assert_close(hid[s], ref, atol=1e-4, rtol=1e-4)
         rs = torch.tensor(row["reveal_step"])
-        assert (rs == 1).sum() == 1 and torch.tensor(row["reveal_pos"]).tolist() == (rs == 1).nonzero().flatten().tolist()
+        assert (rs == 1).sum() == 1 and torch.tensor(row["reveal_pos"]).tolist() == (
+            rs == 1
+        ).nonzero().flatten().tolist()
         assert ids[0][rs == 1].tolist() == [MASK] and ids[1][rs == 1].tolist() == row["reveal_tok"]
         assert (ids[S] == MASK).any(), "every step leaves a supervised slot"
         assert ids[1][row["next_pos"]] == MASK
