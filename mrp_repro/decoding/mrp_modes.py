@@ -330,10 +330,11 @@ class Remask(MRPPolicy):
         ids = st.ids[rows].clone()
         ids[torch.arange(len(rows)), cols] = st.mask_id
         h_C = self._head(st, out.hidden[rows], ids, rows=rows, count=judge)
-        A, C = self._split(st, out.logits[rows], out.hidden[rows], h_C)
-        ar = torch.arange(len(rows))
+        ar = torch.arange(len(rows), device=rows.device)
+        # only position p of each variant is read: gather before lm_head ((N, V), never (N, L, V))
+        A, C = self._split(st, out.logits[rows, cols], out.hidden[rows, cols], h_C[ar, cols])
         t = tok[rows, cols]
-        rc = residual_confidence(A[ar, cols], C[ar, cols], 1.0, t)
+        rc = residual_confidence(A, C, 1.0, t)
         if self.rule == "logp-delta":
             ok = (rc.logp_at_token - rc.logp_base_at_token) >= -self.delta
         else:
