@@ -135,7 +135,7 @@ class MRPConfig:
     num_layers: int
     objective: Literal["residual", "direct"]
     k_steps: int
-    init: Literal["normal", "structured"]
+    init: Literal["normal", "structured", "zero-out"]
     init_std: float
     train_source: TaskSource
     pretrained: str | None = None  # hub id of a released head (heavyball/sdar-*-mrp-3lyr)

@@ -46,20 +46,25 @@ class MRPHead(nn.Module):
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
 
     def init_weights(self, scheme: str = "normal", std: float = 0.02, generator: torch.Generator | None = None):
-        """`normal`: every matrix N(0, std). `structured` (upstream): eh_proj passes h_A through
+        """`normal`: every matrix N(0, std). `zero-out`: normal, with the final norm's gain at 0 (C = 0 at
+        the start). `structured` (upstream): eh_proj passes h_A through
         (identity on the hidden half, zero on the embedding half) so training starts from C ≈ lm_head(norm(h_A))."""
         for name, p in self.named_parameters():
             if "norm" in name and name.endswith("weight") and p.dim() == 1:
                 nn.init.ones_(p)
             else:
                 nn.init.normal_(p, 0.0, std, generator=generator)
-        if scheme == "structured":
+        if scheme == "zero-out":
+            # The final norm's gain at zero makes h_C = 0, so training starts exactly at the
+            # uncorrected baseline A (KL(B || A)) instead of a random C of unit scale.
+            nn.init.zeros_(self.norm.weight)
+        elif scheme == "structured":
             H = self.config.hidden_size
             with torch.no_grad():
                 self.eh_proj.weight.zero_()
                 self.eh_proj.weight[:, H:] = torch.eye(H)
         elif scheme != "normal":
-            raise ValueError(f"init scheme {scheme!r}: choose normal or structured")
+            raise ValueError(f"init scheme {scheme!r}: choose normal, structured or zero-out")
         return self
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:

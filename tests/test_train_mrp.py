@@ -56,6 +56,8 @@ def profile(**over):
         "mrp_training.ckpt_every": 10,
         "mrp.k_steps": 2,
         "mrp_training.lr": 3e-3,
+        # a random start, so that "training reduces the KL" is a real, failable claim on a random backbone
+        "mrp.init": "normal",
     }
     base.update(over)
     return load_profile("smoke").replace(base)
@@ -102,6 +104,18 @@ def test_training_reduces_heldout_kl_and_resumes(setup, tmp_path):
     b = load_head(tmp_path / "cut" / "head", model.config)
     for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(x, y), n
+
+
+def test_zero_out_init_starts_at_the_uncorrected_baseline(setup, tmp_path):
+    model, d = setup
+    m = train_mrp(
+        profile(**{"mrp.init": "zero-out", "mrp_training.steps": 1}),
+        SimpleNamespace(model=model, mask_id=MASK),
+        d,
+        tmp_path,
+        progress=False,
+    )
+    assert m["initial_heldout_kl"] == pytest.approx(m["heldout_baseline_kl"], rel=1e-5)
 
 
 def test_k_steps_beyond_stored_chain_is_an_error(setup, tmp_path):
