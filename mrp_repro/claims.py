@@ -252,8 +252,8 @@ def _mrp_fits_residual(tables, numeric) -> Outcome:
     if m := _missing(tables, "mrp_curve"):
         return m
     c = tables["mrp_curve"]
-    held = [x for x in c.columns if "heldout" in x or "held_out" in x or x.startswith("val")]
     base = [x for x in c.columns if any(w in x for w in ("baseline", "uncorrected", "no_mrp"))]
+    held = [x for x in c.columns if ("heldout" in x or "held_out" in x or x.startswith("val")) and x not in base]
     if not held or not base:
         return Outcome("–", NA, "the training curve lacks a held-out or an uncorrected-baseline column")
     last = c[held + base].dropna().iloc[-1] if len(c[held + base].dropna()) else None

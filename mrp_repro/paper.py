@@ -97,6 +97,15 @@ RESULTS = {
     "remasking_runs": ("07_remasking", "runs frame: dynamic(tau) + remask(tau, rule)"),
     "trace": ("07_remasking", "engine trace of one remasking generation"),
     "speculative_accept": ("05_speculative", "accepted draft length per speculative round"),
+    "modes_runs": ("05_speculative", "runs frame of bench_modes.run_all_modes (every mode; 05-07 share it)"),
+}
+
+#: which modes each mode-specific runs frame holds (split_runs)
+RUN_SPLITS = {
+    "speculative_runs": ("static", "speculative"),
+    "direct_runs": ("static", "direct"),
+    "lookahead_runs": ("naive", "direct"),
+    "remasking_runs": ("dynamic", "remask"),
 }
 
 
@@ -426,14 +435,75 @@ def load_result(profile: Profile, name: str) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
+def cached_result(profile: Profile, name: str, compute) -> pd.DataFrame:
+    """The stored result `name`, else compute() (a DataFrame), stored, then returned."""
+    df = load_result(profile, name)
+    if df is None:
+        df = compute()
+        save_result(profile, name, df)
+        df = load_result(profile, name)  # the same dtypes whether computed now or read back
+    return df
+
+
+def split_runs(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A runs frame of every mode split into the mode-specific frames of RUN_SPLITS."""
+    df = normalize_runs(runs)
+    return {name: df[df["mode"].isin(modes)].reset_index(drop=True) for name, modes in RUN_SPLITS.items()}
+
+
 def load_results(profile: Profile) -> dict[str, pd.DataFrame]:
-    """Every result frame present for this profile (name -> DataFrame)."""
+    """Every result frame present for this profile (name -> DataFrame); modes_runs is split by RUN_SPLITS."""
     out = {}
     for name in RESULTS:
         df = load_result(profile, name)
         if df is not None:
             out[name] = df
+    if "modes_runs" in out:
+        for name, df in split_runs(out["modes_runs"]).items():
+            out.setdefault(name, df)
     return out
+
+
+def mrp_curve_frame(loss_curve: pd.DataFrame | str | Path) -> pd.DataFrame:
+    """train_mrp's loss_curve.csv (long: step, split, loss, heldout_kl, heldout_baseline_kl, ...) as one row per
+    step: step, train_loss, heldout_kl, heldout_uncorrected_kl (the baseline KL(B || A))."""
+    df = pd.read_csv(loss_curve) if not isinstance(loss_curve, pd.DataFrame) else loss_curve
+    if "split" not in df.columns:
+        return df
+    train = df[df["split"] == "train"][["step", "loss"]].rename(columns={"loss": "train_loss"})
+    held = df[df["split"] == "heldout"]
+    keep = {"heldout_kl": "heldout_kl", "heldout_baseline_kl": "heldout_uncorrected_kl"}
+    held = held[["step", *[c for c in keep if c in held.columns]]].rename(columns=keep)
+    return train.merge(held, on="step", how="outer").sort_values("step").reset_index(drop=True)
+
+
+def eval_problems(profile: Profile, n: int | None = None) -> list:
+    """The evaluation problems of a profile: n per benchmark (synthetic: the test split)."""
+    from mrp_repro.runtime import data_dir
+    from mrp_repro.tasks import benchmarks, synthetic
+
+    n = n if n is not None else profile.evaluation.n_prompts
+    out = []
+    for b in profile.evaluation.benchmarks:
+        if b in synthetic.TASKS:
+            out += synthetic.generate(b, "test", n or profile.data.n_eval or 64, profile.data.seed, profile.block_size)
+        else:
+            out += benchmarks.load_benchmark(b, data_dir(profile), limit=n)
+    return out
+
+
+def decode_events(backbone, policy, problems: list, max_new_tokens: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run one decoding policy on a few problems; returns (trace events, per-round accept lengths)."""
+    from mrp_repro.backbone import encode_prompts
+    from mrp_repro.decoding import generate
+
+    bb = backbone
+    res = generate(bb.model, encode_prompts(bb, problems), policy, bb.block_size, bb.mask_id, bb.eos_ids,
+                   max_new_tokens, pad_id=bb.pad_id)  # fmt: skip
+    trace = pd.DataFrame(res.trace, columns=["row", "block", "step", "kind", "pos", "token"])
+    acc = [{"row": r, "round": i, "accept_length": a} for r, s in enumerate(res.stats)
+           for i, a in enumerate(s.accept_lengths)]  # fmt: skip
+    return trace, pd.DataFrame(acc, columns=["row", "round", "accept_length"])
 
 
 # ----------------------------------------------------------------------------- synthetic runs (tests, docs)

@@ -6,7 +6,9 @@
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
 `mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
 writing the executed copies to runs/<profile>/notebooks/. Stops at the first
-notebook that fails, naming it and its executed copy.
+notebook that fails, naming it, the failing cell (index and source) and its
+executed copy. Stages whose cached artifacts are valid (runs/<profile>/<stage>-<hash>/,
+results-<profile hash>/) are reused, so a re-run only recomputes what changed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,26 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     if only:
         nbs = [nb for nb in nbs if nb.name[:2] in only or nb.stem in only]
     return nbs
+
+
+def failure_message(nb: Path, out: Path, e: BaseException, seconds: float) -> str:
+    """Which notebook and which cell failed, with the error, and where the executed copy is."""
+    cell = getattr(e, "exec_count", None)
+    index = getattr(e, "cell_index", None)
+    if index is not None:
+        where = f"cell {index} (execution count {cell})" if cell is not None else f"cell {index}"
+        ename, evalue = getattr(e, "ename", type(e).__name__), getattr(e, "evalue", str(e))
+        what = f"{ename}: {evalue}"
+        src = getattr(e, "source", "") or ""
+        snippet = "\n".join("    " + line for line in src.splitlines()[:8])
+    else:
+        where, what, snippet = "before any cell ran", f"{type(e).__name__}: {e}", ""
+    msg = f"[{nb.name}] FAILED after {seconds:.0f}s in {where}: {what}"
+    if snippet:
+        msg += f"\n  cell source:\n{snippet}"
+    msg += f"\n  executed copy (with the traceback): {out}"
+    msg += f"\n  rerun only this notebook: python -m mrp_repro.reproduce --profile <profile> --only {nb.name[:2]}"
+    return msg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,11 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress_bar=False,
             )
         except Exception as e:  # PapermillExecutionError, NoSuchKernel, ...
-            print(
-                f"[{nb.name}] FAILED after {time.perf_counter() - t0:.0f}s: {type(e).__name__}: {e}",
-                file=sys.stderr,
-            )
-            print(f"executed copy: {out}", file=sys.stderr)
+            print(failure_message(nb, out, e, time.perf_counter() - t0), file=sys.stderr)
             return 1
         print(f"[{nb.name}] done in {time.perf_counter() - t0:.0f}s", flush=True)
     print(f"all {len(nbs)} notebooks ran; figures under figures/{profile.name}/")
