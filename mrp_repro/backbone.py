@@ -1,0 +1,112 @@
+"""The backbone of a profile, ready to decode: model + tokenizer + special ids.
+
+    from mrp_repro.backbone import load_for_profile, encode_prompts, decode
+    bb = load_for_profile(load_profile("tiny"))      # trains once (~15 CPU-min), then cached
+    prompts = encode_prompts(bb, problems)
+    text = decode(bb, ids)
+
+Scratch profiles train with :mod:`mrp_repro.train_backbone` into
+``runs/<profile>/backbone-<hash>/`` (hash of model, tokenizer, data,
+backbone_training, block_size, seed) and load from there afterwards; hub and
+local profiles load a hub-format checkpoint and its tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mrp_repro import checkpoint as ckpt_io
+from mrp_repro.config import Profile
+from mrp_repro.model import SDARModel
+from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype
+from mrp_repro.tokenizer import eos_token_ids, load_tokenizer, mask_token_id
+
+__all__ = ["Backbone", "backbone_dir", "load_for_profile", "encode_prompts", "decode", "BACKBONE_SECTIONS"]
+
+BACKBONE_SECTIONS = ("model", "tokenizer", "data", "backbone_training")
+
+
+@dataclass
+class Backbone:
+    model: SDARModel
+    tokenizer: object
+    mask_id: int
+    eos_ids: list[int]
+    pad_id: int
+    block_size: int
+    path: Path | None
+    profile: Profile
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+
+def backbone_dir(profile: Profile) -> Path:
+    """The artifact directory of a scratch profile's trained backbone."""
+    return artifact_dir(profile, "backbone", profile.section_hash(*BACKBONE_SECTIONS))
+
+
+def _special_ids(tok) -> tuple[int, list[int], int]:
+    mask_id = mask_token_id(tok)
+    eos = eos_token_ids(tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    return mask_id, eos, int(pad)
+
+
+def load_for_profile(
+    profile: Profile,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    train_if_missing: bool = True,
+    progress: bool = True,
+) -> Backbone:
+    dev = pick_device(device)
+    dt = pick_dtype(dev, dtype if dtype is not None else profile.model.dtype)
+    src = profile.model.source
+    if src == "scratch":
+        out = backbone_dir(profile)
+        if not (out / "done.json").exists():
+            if not train_if_missing:
+                raise FileNotFoundError(
+                    f"no trained backbone at {out}; run python -m mrp_repro.train_backbone --profile {profile.name}"
+                )
+            from mrp_repro.train_backbone import train_backbone
+
+            train_backbone(profile, out, progress=progress)
+        path = out / "model"
+        model = ckpt_io.load_backbone(path, device=dev, dtype=dt)
+        tok = load_tokenizer(path)
+    else:
+        name = profile.model.hub_id if src == "hub" else profile.model.local_dir
+        model = ckpt_io.load_backbone(name, revision=profile.model.revision, device=dev, dtype=dt)
+        path = ckpt_io.resolve_checkpoint_dir(name, profile.model.revision)
+        tok_src = profile.tokenizer.hub_id or str(path)
+        tok = load_tokenizer(tok_src)
+    mask_id, eos, pad = _special_ids(tok)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return Backbone(model, tok, mask_id, eos, pad, profile.block_size, Path(path), profile)
+
+
+def encode_prompts(backbone: Backbone, problems) -> list[list[int]]:
+    """Token ids of each problem's prompt: synthetic prompts as they are, benchmarks with the chat template."""
+    from mrp_repro.tasks import benchmarks, synthetic
+
+    out = []
+    for p in problems:
+        if p.benchmark in synthetic.TASKS:
+            text = p.prompt_text
+        else:
+            text = benchmarks.format_prompt(p, backbone.tokenizer)
+        out.append(backbone.tokenizer.encode(text, add_special_tokens=False))
+    return out
+
+
+def decode(backbone: Backbone, ids: list[int]) -> str:
+    """Text of generated ids (special tokens kept, so scorers can stop at them)."""
+    return backbone.tokenizer.decode(list(ids), skip_special_tokens=False)

@@ -1,0 +1,449 @@
+"""Train the tiny SDAR-style backbone from scratch with the block-diffusion objective.
+
+    .venv/bin/python -m mrp_repro.train_backbone --profile tiny      # ~15 CPU-minutes, cached
+    .venv/bin/python -m mrp_repro.train_backbone --profile smoke     # seconds
+
+Objective (METHOD.md §1, SDAR / BD3-LM): each training sequence is
+``prompt (padded to whole blocks) + a random valid answer + EOS up to the end of
+its last block``. The model sees ``[noisy ; clean]`` (2T tokens, shared position
+ids) under the block-diffusion mask:
+
+- noisy block b attends bidirectionally to the noisy tokens of block b and to the
+  clean tokens of blocks < b (what inference has in its KV cache);
+- clean block b attends to clean blocks <= b (block-causal: how the cache is written).
+
+Every answer block draws a noise level t ~ U(t_min, 1); each of its tokens is
+replaced by [MASK] with probability t; the loss is cross-entropy on masked
+positions weighted 1/t, normalised by the number of answer tokens in the batch.
+Prompt tokens are never masked. No shift: position i predicts token i.
+
+Data order and noise are keyed by (seed, step), so a resumed run sees exactly
+the batches an uninterrupted one would; checkpoints hold the model (hub format),
+optimizer, scheduler and RNG states, written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mrp_repro import checkpoint as ckpt_io
+from mrp_repro.config import Profile, load_profile
+from mrp_repro.model import ModelConfig, SDARModel, count_parameters
+from mrp_repro.runtime import provenance, set_num_threads, write_json_atomic
+from mrp_repro.tasks import synthetic
+from mrp_repro.tokenizer import build_tiny_tokenizer, eos_token_ids, mask_token_id, save_tokenizer
+
+__all__ = [
+    "NOISE_T_MIN",
+    "build_block_diffusion_batch",
+    "block_diffusion_mask",
+    "model_config_for",
+    "make_tokenizer",
+    "encode_training_example",
+    "train_backbone",
+]
+
+NOISE_T_MIN = 0.02  # per-block noise level t ~ U(NOISE_T_MIN, 1)
+INIT_STD = 0.02
+
+
+# ----------------------------------------------------------------------------- batch builder
+
+
+def block_diffusion_mask(
+    noisy_block: torch.Tensor, noisy_valid: torch.Tensor, clean_valid: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """(B, 1, A + C, A + C) bool mask over [noisy ; clean], True = attend.
+
+    noisy_block (B, A): absolute block index of each noisy token; noisy_valid (B, A),
+    clean_valid (B, C): False on padding. Clean token j sits at absolute position j.
+    noisy i (block b): noisy j of the same block b, clean j in blocks < b.
+    clean i (block b): clean j in blocks <= b (block-causal).
+    Pad keys are never attended to; every query sees itself so its softmax stays finite."""
+    B, A = noisy_block.shape
+    C = clean_valid.shape[1]
+    dev = noisy_block.device
+    cblk = (torch.arange(C, device=dev) // block_size)[None].expand(B, C)
+    nn_ = noisy_block[:, :, None] == noisy_block[:, None, :]  # (B, A, A)
+    nc = cblk[:, None, :] < noisy_block[:, :, None]  # (B, A, C)
+    cn = torch.zeros(B, C, A, dtype=torch.bool, device=dev)
+    cc = cblk[:, None, :] <= cblk[:, :, None]  # (B, C, C)
+    allowed = torch.cat([torch.cat([nn_, nc], 2), torch.cat([cn, cc], 2)], 1)
+    allowed = allowed & torch.cat([noisy_valid, clean_valid], 1)[:, None, :]
+    allowed = allowed | torch.eye(A + C, dtype=torch.bool, device=dev)[None]
+    return allowed[:, None]
+
+
+def build_block_diffusion_batch(
+    clean: torch.Tensor,
+    prompt_lens: torch.Tensor | list[int],
+    block_size: int,
+    mask_id: int,
+    generator: torch.Generator,
+    key_valid: torch.Tensor | None = None,
+    t_min: float = NOISE_T_MIN,
+    compact: bool = True,
+) -> dict[str, torch.Tensor]:
+    """One block-diffusion training batch: the model input is ``[noisy ; clean]``.
+
+    clean (B, T) token ids (T a multiple of block_size; prompts padded to whole
+    blocks), prompt_lens (B,) (prompt tokens are never masked), key_valid (B, T)
+    False on right padding. Every answer block draws t ~ U(t_min, 1); its tokens
+    are masked with probability t and weighted 1/t.
+
+    compact=False: the textbook layout, noisy = the whole sequence (2T x 2T mask).
+    compact=True (default; ~1/3 less compute, same attention for every loss-bearing
+    query): the noisy copy holds only each row's answer blocks (A = the longest
+    answer in the batch), and the clean copy drops the last block, which no noisy
+    block may see. Returns input_ids (B, N), position_ids (B, N), mask
+    (B, 1, N, N), targets (B, A), weights (B, A) (1/t on masked positions else 0),
+    noisy_mask, answer_mask (B, A), and `n_noisy` = A (the first A outputs are the
+    noisy copy, whose logits predict `targets`, no shift)."""
+    B, T = clean.shape
+    if T % block_size:
+        raise ValueError(f"sequence length {T} is not a multiple of block size {block_size}")
+    dev = clean.device
+    if key_valid is None:
+        key_valid = torch.ones_like(clean, dtype=torch.bool)
+    plens = torch.as_tensor(prompt_lens, device=dev).long()
+    if bool((plens % block_size != 0).any()):
+        raise ValueError("prompts must be padded to whole blocks")
+    lens = key_valid.sum(1)
+    if compact:
+        A = int((lens - plens).max())
+        start = plens
+        C = T - block_size
+    else:
+        A = T
+        start = torch.zeros_like(plens)
+        C = T
+    j = torch.arange(A, device=dev)[None, :]
+    abs_pos = start[:, None] + j  # (B, A)
+    in_seq = abs_pos < lens[:, None]
+    gather_pos = abs_pos.clamp(max=T - 1)
+    targets = torch.gather(clean, 1, gather_pos)
+    answer = in_seq & (abs_pos >= plens[:, None])
+    nb = T // block_size
+    t = t_min + (1 - t_min) * torch.rand(B, nb, generator=generator, device=dev)
+    t_tok = torch.gather(t, 1, gather_pos // block_size)  # (B, A)
+    u = torch.rand(B, A, generator=generator, device=dev)
+    noisy_mask = (u < t_tok) & answer
+    noisy = torch.where(noisy_mask, torch.full_like(targets, mask_id), targets)
+    weights = torch.where(noisy_mask, 1.0 / t_tok, torch.zeros_like(t_tok))
+    clean_part = clean[:, :C]
+    cpos = torch.arange(C, device=dev)[None, :].expand(B, C)
+    mask = block_diffusion_mask(gather_pos // block_size, in_seq, key_valid[:, :C], block_size)
+    return dict(
+        input_ids=torch.cat([noisy, clean_part], 1),
+        position_ids=torch.cat([gather_pos, cpos], 1),
+        mask=mask,
+        targets=targets,
+        weights=weights,
+        noisy_mask=noisy_mask,
+        answer_mask=answer,
+        noisy_block=gather_pos // block_size,
+        n_noisy=A,
+        t=t,
+    )
+
+
+def block_diffusion_loss(model: SDARModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    A = batch["n_noisy"]
+    out = model(batch["input_ids"], batch["position_ids"], batch["mask"])
+    logits = out.logits[:, :A]  # the noisy copy predicts the clean tokens (no shift)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["targets"].reshape(-1), reduction="none")
+    denom = batch["answer_mask"].sum().clamp(min=1)
+    return (ce * batch["weights"].reshape(-1)).sum() / denom
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def make_tokenizer():
+    return build_tiny_tokenizer(synthetic.alphabet())
+
+
+def model_config_for(profile: Profile, vocab_size: int) -> ModelConfig:
+    m = profile.model
+    return ModelConfig(
+        vocab_size=m.vocab_size or vocab_size,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads,
+        head_dim=m.head_dim,
+        rope_theta=m.rope_theta,
+        rms_norm_eps=m.rms_norm_eps,
+        max_position_embeddings=m.max_position_embeddings or 512,
+    )
+
+
+def _round_up(x: int, b: int) -> int:
+    return -(-x // b) * b
+
+
+def encode_training_example(tok, problem, answer: str, block_size: int, eos_id: int) -> tuple[list[int], int]:
+    """prompt ids + answer ids + EOS up to the end of the answer's last block (at least one EOS)."""
+    p = tok.encode(problem.prompt_text, add_special_tokens=False)
+    a = tok.encode(answer, add_special_tokens=False)
+    n = _round_up(len(p), block_size)
+    if n != len(p):
+        raise ValueError(f"prompt of {problem.task_id} is not padded to a block multiple")
+    total = _round_up(len(p) + len(a) + 1, block_size)
+    return p + a + [eos_id] * (total - len(p) - len(a)), len(p)
+
+
+class TrainData:
+    """Training problems of every task; batches keyed by (seed, step)."""
+
+    def __init__(self, profile: Profile, tok):
+        self.profile = profile
+        self.tok = tok
+        self.block = profile.block_size
+        self.eos = eos_token_ids(tok)[0]
+        self.pad = tok.pad_token_id
+        tasks = [t for t in profile.data.tasks if t in synthetic.TASKS]
+        if not tasks:
+            raise ValueError(f"no synthetic task in data.tasks={profile.data.tasks}")
+        self.problems = []
+        for t in tasks:
+            self.problems.extend(synthetic.generate(t, "train", profile.data.n_train, profile.data.seed, self.block))
+        self.seq_len = profile.backbone_training.seq_len
+
+    def batch(self, step: int, batch_size: int):
+        rng = random.Random(f"backbone-data|{self.profile.data.seed}|{step}")
+        rows, plens = [], []
+        for _ in range(batch_size):
+            prob = self.problems[rng.randrange(len(self.problems))]
+            ids, plen = encode_training_example(
+                self.tok, prob, synthetic.sample_answer(prob, rng), self.block, self.eos
+            )
+            rows.append(ids)
+            plens.append(plen)
+        T = max(len(r) for r in rows)
+        if T > self.seq_len:
+            raise ValueError(f"a training sequence has {T} tokens > backbone_training.seq_len={self.seq_len}")
+        clean = torch.full((batch_size, T), self.pad, dtype=torch.long)
+        valid = torch.zeros(batch_size, T, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            clean[i, : len(r)] = torch.tensor(r)
+            valid[i, : len(r)] = True
+        return clean, torch.tensor(plens), valid
+
+
+# ----------------------------------------------------------------------------- schedule / state
+
+
+def lr_lambda_for(steps: int, warmup: int, min_ratio: float):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(warmup, 1)
+        prog = min(1.0, (step - warmup) / max(steps - warmup, 1))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
+
+    return f
+
+
+def _latest_checkpoint(out_dir: Path) -> Path | None:
+    cks = sorted(out_dir.glob("ckpt-*"), key=lambda p: int(p.name.split("-")[1]))
+    cks = [c for c in cks if (c / "state.pt").exists() and (c / "model.safetensors").exists()]
+    return cks[-1] if cks else None
+
+
+def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve) -> Path:
+    final = out_dir / f"ckpt-{step}"
+    tmp = out_dir / f".ckpt-{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    ckpt_io.save_backbone(model, tmp)
+    torch.save(
+        {
+            "step": step,
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "curve": curve,
+        },
+        tmp / "state.pt",
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in out_dir.glob("ckpt-*"):  # keep only the newest checkpoint
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write_curve(out_dir: Path, curve: list[dict]) -> None:
+    tmp = out_dir / ".loss_curve.csv.tmp"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=["step", "loss", "lr", "elapsed_s"])
+        w.writeheader()
+        w.writerows(curve)
+    os.replace(tmp, out_dir / "loss_curve.csv")
+    write_json_atomic(out_dir / "loss_curve.json", curve)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def train_backbone(
+    profile: Profile,
+    out_dir: str | os.PathLike,
+    progress: bool = True,
+    resume: bool = True,
+    stop_after: int | None = None,
+    num_threads: int | None = None,
+) -> dict:
+    """Train (or resume) the scratch backbone of `profile` into `out_dir`.
+
+    Writes out_dir/model (hub-format checkpoint + tokenizer), loss_curve.csv/.json,
+    ckpt-<step>/ (latest), and done.json (provenance + metrics) when finished.
+    `stop_after`: stop (with a checkpoint) after that many steps of this call, as if
+    killed; a later call resumes. `num_threads` overrides backbone_training.num_threads
+    (e.g. 1 on a machine shared with other jobs, where 2 spinning threads thrash). Returns the metrics dict (done.json's "metrics")."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done_path = out_dir / "done.json"
+    if done_path.exists():
+        return json.loads(done_path.read_text())["metrics"]
+    if profile.model.source != "scratch":
+        raise ValueError(f"profile {profile.name!r} has model.source={profile.model.source!r}, not 'scratch'")
+    tc = profile.backbone_training
+    set_num_threads(num_threads or tc.num_threads)
+    torch.use_deterministic_algorithms(False)
+
+    tok = make_tokenizer()
+    mask_id = mask_token_id(tok)
+    data = TrainData(profile, tok)
+    cfg = model_config_for(profile, len(tok))
+    gen = torch.Generator().manual_seed(profile.seed)
+    model = SDARModel(cfg).init_weights(INIT_STD, gen)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=tc.lr,
+        betas=(0.9, 0.95),
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, tc.warmup_steps, tc.min_lr_ratio))
+
+    start, curve, prev_elapsed = 0, [], 0.0
+    latest = _latest_checkpoint(out_dir) if resume else None
+    if latest is not None:
+        sd = ckpt_io.load_backbone(latest, dtype=torch.float32).state_dict()
+        model.load_state_dict(sd)
+        st = torch.load(latest / "state.pt", weights_only=False)
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        torch.set_rng_state(st["torch_rng"])
+        start, curve = st["step"], st["curve"]
+        prev_elapsed = curve[-1]["elapsed_s"] if curve else 0.0
+    model.train()
+
+    n_params = count_parameters(model)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=tc.steps, initial=start, desc=f"backbone[{profile.name}]", dynamic_ncols=True)
+    t0 = time.perf_counter()
+    step = start
+    ran = 0
+    smooth = None
+    while step < tc.steps:
+        clean, plens, valid = data.batch(step, tc.batch_size)
+        g = torch.Generator().manual_seed(hash_seed(profile.seed, step))
+        batch = build_block_diffusion_batch(clean, plens, profile.block_size, mask_id, g, valid)
+        loss = block_diffusion_loss(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        lr = opt.param_groups[0]["lr"]
+        opt.step()
+        sched.step()
+        step += 1
+        ran += 1
+        lv = float(loss.detach())
+        smooth = lv if smooth is None else 0.95 * smooth + 0.05 * lv
+        curve.append(
+            {"step": step, "loss": lv, "lr": lr, "elapsed_s": round(prev_elapsed + time.perf_counter() - t0, 3)}
+        )
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{smooth:.3f}")
+        stopping = stop_after is not None and ran >= stop_after and step < tc.steps
+        if step % tc.ckpt_every == 0 or step == tc.steps or stopping:
+            _save_checkpoint(out_dir, step, model, opt, sched, curve)
+            _write_curve(out_dir, curve)
+        if stopping:
+            break
+    if bar is not None:
+        bar.close()
+    if step < tc.steps:
+        return {"steps_done": step, "finished": False}
+
+    model.eval()
+    model_dir = out_dir / "model"
+    tmp = out_dir / ".model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    ckpt_io.save_backbone(model, tmp, extra_config={"mask_token_id": mask_id, "eos_token_id": eos_token_ids(tok)})
+    save_tokenizer(tok, tmp)
+    shutil.rmtree(model_dir, ignore_errors=True)
+    os.replace(tmp, model_dir)
+    _write_curve(out_dir, curve)
+    tail = [c["loss"] for c in curve[-max(1, len(curve) // 20) :]]
+    metrics = {
+        "finished": True,
+        "steps_done": step,
+        "params": n_params,
+        "num_layers": cfg.num_layers,
+        "hidden_size": cfg.hidden_size,
+        "wall_s": curve[-1]["elapsed_s"] if curve else 0.0,
+        "first_loss": curve[0]["loss"] if curve else None,
+        "final_loss": float(np.mean(tail)) if tail else None,
+        "threads": torch.get_num_threads(),
+        "tokens_per_step": 2 * tc.seq_len * tc.batch_size,
+    }
+    write_json_atomic(done_path, {"metrics": metrics, "provenance": provenance(profile, "cpu")})
+    return metrics
+
+
+def hash_seed(seed: int, step: int) -> int:
+    """A 63-bit seed for step `step` of a run seeded `seed` (stable across processes)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"bd-noise|{seed}|{step}".encode()).digest()[:8], "big") >> 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--threads", type=int, default=None, help="override backbone_training.num_threads")
+    args = ap.parse_args(argv)
+    from mrp_repro.backbone import backbone_dir
+
+    profile = load_profile(args.profile)
+    out = backbone_dir(profile)
+    metrics = train_backbone(
+        profile, out, progress=not args.no_progress, resume=not args.no_resume, num_threads=args.threads
+    )
+    print(json.dumps({"out_dir": str(out), **metrics}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
