@@ -24,7 +24,15 @@ from mrp_repro.model import SDARModel
 from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype
 from mrp_repro.tokenizer import eos_token_ids, load_tokenizer, mask_token_id
 
-__all__ = ["Backbone", "backbone_dir", "load_for_profile", "encode_prompts", "decode", "BACKBONE_SECTIONS"]
+__all__ = [
+    "Backbone",
+    "backbone_dir",
+    "random_backbone",
+    "load_for_profile",
+    "encode_prompts",
+    "decode",
+    "BACKBONE_SECTIONS",
+]
 
 BACKBONE_SECTIONS = ("model", "tokenizer", "data", "backbone_training")
 
@@ -110,3 +118,14 @@ def encode_prompts(backbone: Backbone, problems) -> list[list[int]]:
 def decode(backbone: Backbone, ids: list[int]) -> str:
     """Text of generated ids (special tokens kept, so scorers can stop at them)."""
     return backbone.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def random_backbone(profile: Profile, std: float = 0.02, seed: int = 0, device=None) -> Backbone:
+    """A randomly initialised scratch backbone of `profile`'s shape with the tiny tokenizer (no training)."""
+    from mrp_repro.train_backbone import make_tokenizer, model_config_for
+
+    tok = make_tokenizer()
+    model = SDARModel(model_config_for(profile, len(tok))).init_weights(std, torch.Generator().manual_seed(seed))
+    model = model.to(pick_device(device) if device is not None else "cpu").eval()
+    mask_id, eos, pad = _special_ids(tok)
+    return Backbone(model, tok, mask_id, eos, pad, profile.block_size, None, profile)

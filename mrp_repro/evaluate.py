@@ -31,7 +31,7 @@ __all__ = [
     "summarize",
     "bootstrap_ci",
     "paired_bootstrap_diff",
-    "test_problems",
+    "eval_problems",
     "backbone_report",
     "STATIC_MODE",
 ]
@@ -220,7 +220,7 @@ def summarize(
 # ----------------------------------------------------------------------------- backbone table
 
 
-def test_problems(profile, task: str, n: int | None = None) -> list:
+def eval_problems(profile, task: str, n: int | None = None) -> list:
     """Held-out test problems of a synthetic task (evaluation.n_prompts of them by default)."""
     n = n if n is not None else (profile.evaluation.n_prompts or profile.data.n_eval or 200)
     return synthetic.generate(task, "test", n, profile.data.seed, profile.block_size)
@@ -254,7 +254,7 @@ def backbone_report(profile, backbone=None, progress: bool = True, adjacent: boo
     policies: list[Policy] = [Static(1)] + [Dynamic(t) for t in profile.decoding.thresholds]
     frames = []
     for task in tasks:
-        probs = test_problems(profile, task)
+        probs = eval_problems(profile, task)
         for pol in policies:
             frames.append(
                 run_mode(bb, probs, pol, profile.decoding.batch_size, profile.decoding.max_new_tokens, progress)
@@ -269,7 +269,7 @@ def backbone_report(profile, backbone=None, progress: bool = True, adjacent: boo
     if adjacent:
         from mrp_repro.adjacent import adjacent_step_similarity
 
-        probs = [p for t in tasks for p in test_problems(profile, t, 32)]
+        probs = [p for t in tasks for p in eval_problems(profile, t, 32)]
         adj = adjacent_step_similarity(bb, probs, max_distance=4, n_problems=len(probs), seed=profile.seed)
         adj.to_csv(out / "adjacent_steps.csv", index=False)
     return s
