@@ -313,7 +313,8 @@ def train_backbone(
     ckpt-<step>/ (latest), and done.json (provenance + metrics) when finished.
     `stop_after`: stop (with a checkpoint) after that many steps of this call, as if
     killed; a later call resumes. `num_threads` overrides backbone_training.num_threads
-    (e.g. 1 on a machine shared with other jobs, where 2 spinning threads thrash). Returns the metrics dict (done.json's "metrics")."""
+    (e.g. 1 on a machine shared with other jobs, where 2 spinning threads thrash).
+    Returns the metrics dict (done.json's "metrics")."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     done_path = out_dir / "done.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from mrp_repro.adjacent import adjacent_step_similarity, step_pair_stats
-from mrp_repro.evaluate import eval_problems
 from mrp_repro.backbone import random_backbone
+from mrp_repro.evaluate import eval_problems
 
 
 def test_step_pair_stats_identity_and_range():

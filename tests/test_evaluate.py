@@ -15,11 +15,11 @@ from mrp_repro.decoding import Dynamic, Static
 from mrp_repro.evaluate import (
     COLUMNS,
     bootstrap_ci,
+    eval_problems,
     paired_bootstrap_diff,
     run_mode,
     score_problem,
     summarize,
-    eval_problems,
 )
 from mrp_repro.tasks import synthetic
 
@@ -64,7 +64,7 @@ def test_summarize_ci_and_speedup():
     rng = np.random.default_rng(0)
     rows = []
     for mode, acc, wall in (("static(1)", 0.9, 0.02), ("dynamic(0.5)", 0.5, 0.005)):
-        for i in range(200):
+        for _i in range(200):
             rows.append(
                 dict(
                     task="synth-math",
