@@ -566,3 +566,47 @@ def synthetic_runs(
                 add(b, "remask", min(base + gain, 1.0), tau * 1.2, tau * 0.012, threshold=tau, rule=rule)
     df = pd.DataFrame(rows)
     return df
+
+
+_FAMILY = {"naive_lookahead": "naive"}
+
+
+def collect_runs(
+    profile: Profile, backbone, head, n_prompts: int | None = None, progress: bool = False
+) -> pd.DataFrame:
+    """The runs frame (one row per prompt and setting) of every mode of bench_modes.mode_list on the profile's
+    benchmarks, through evaluate.run_mode; ``identical`` compares each output with static(1)'s text.
+    Only the MRP drafter is kept for speculative mode (oracle/naive drafters are bench_modes diagnostics)."""
+    from mrp_repro import evaluate
+    from mrp_repro.bench_modes import mode_list
+    from mrp_repro.decoding.mrp_modes import Direct
+
+    d = profile.decoding
+    n = n_prompts or profile.evaluation.n_prompts
+    model = model_for_profile(profile)
+    frames = []
+    for bench in profile.evaluation.benchmarks:
+        problems = eval_problems(profile, n)
+        problems = [p for p in problems if p.benchmark == bench]
+        ref = None
+        extra = [("direct", Direct(k, head=head)) for k in d.lookahead_k if k not in (1, 2) and head is not None]
+        for family, pol in mode_list(profile, head) + extra:
+            if family == "speculative" and getattr(pol, "drafter", "mrp") != "mrp":
+                continue
+            df = evaluate.run_mode(backbone, problems, pol, d.batch_size, d.max_new_tokens, progress=progress)
+            df = df.rename(columns={"task": "benchmark", "task_id": "problem_id", "mode": "policy"})
+            df.insert(0, "model", model)
+            df["mode"] = _FAMILY.get(family, family)
+            df["threshold"] = getattr(pol, "threshold", getattr(pol, "tau", np.nan))
+            df["rule"] = getattr(pol, "rule", np.nan) if family == "remask" else np.nan
+            df["k"] = getattr(pol, "K", getattr(pol, "k", np.nan)) if family in ("speculative", "naive_lookahead") \
+                else np.nan  # fmt: skip
+            df["steps"] = getattr(pol, "steps", np.nan) if family == "direct" else np.nan
+            df["backbone_nfe"] = df["denoise_forwards"] + df["commit_forwards"]
+            df["denoise_nfe"] = df["denoise_forwards"]
+            if family == "static":
+                ref = df.set_index("problem_id")["text"]
+            df["identical"] = (df["text"].to_numpy() == df["problem_id"].map(ref).to_numpy()) if ref is not None \
+                else np.nan  # fmt: skip
+            frames.append(df.drop(columns=["text"]))
+    return pd.concat(frames, ignore_index=True)
