@@ -240,7 +240,9 @@ def _markdown(s: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def backbone_report(profile, backbone=None, progress: bool = True, adjacent: bool = True) -> pd.DataFrame:
+def backbone_report(
+    profile, backbone=None, progress: bool = True, adjacent: bool = True, num_threads: int | None = None
+) -> pd.DataFrame:
     """Static and dynamic(tau in decoding.thresholds) on every synthetic task of the profile.
 
     Writes figures/<profile>/backbone_modes.csv/.md (and adjacent_steps.csv) and
@@ -248,7 +250,7 @@ def backbone_report(profile, backbone=None, progress: bool = True, adjacent: boo
     from mrp_repro.backbone import load_for_profile
     from mrp_repro.runtime import figures_dir, set_num_threads
 
-    set_num_threads(profile.backbone_training.num_threads)
+    set_num_threads(num_threads or profile.backbone_training.num_threads)
     bb = backbone if backbone is not None else load_for_profile(profile, progress=progress)
     tasks = [t for t in profile.evaluation.benchmarks if t in synthetic.TASKS] or list(synthetic.TASKS)
     policies: list[Policy] = [Static(1)] + [Dynamic(t) for t in profile.decoding.thresholds]
@@ -280,12 +282,13 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--table", default="backbone", choices=["backbone"])
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is faster on a shared machine)")
     args = ap.parse_args(argv)
     from mrp_repro.config import load_profile
     from mrp_repro.runtime import figures_dir
 
     profile = load_profile(args.profile)
-    s = backbone_report(profile, progress=not args.no_progress)
+    s = backbone_report(profile, progress=not args.no_progress, num_threads=args.threads)
     print(_markdown(s))
     adj = figures_dir(profile) / "adjacent_steps.csv"
     if adj.exists():

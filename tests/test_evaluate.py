@@ -24,6 +24,15 @@ from mrp_repro.evaluate import (
 from mrp_repro.tasks import synthetic
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models decode op by op: one thread avoids OpenMP thrashing on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def random_backbone(profile) -> Backbone:
     return _random_backbone(profile, std=0.5)
 
@@ -109,3 +118,18 @@ def test_load_for_profile_trains_once_and_caches(smoke_profile, tmp_runs):
     bb2 = load_for_profile(p, device="cpu", train_if_missing=False)
     for (k, a), (_, b) in zip(bb.model.state_dict().items(), bb2.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
+
+
+def test_backbone_report_writes_tables(smoke_profile, tmp_runs):
+    from mrp_repro.evaluate import backbone_report
+    from mrp_repro.runtime import figures_dir
+
+    p = smoke_profile.replace({"backbone_training.steps": 2, "evaluation.n_prompts": 4})
+    s = backbone_report(p, progress=False, num_threads=1)
+    assert set(s["mode"]) == {"static(1)"} | {f"dynamic({t})" for t in p.decoding.thresholds}
+    assert (s.loc[s["mode"] == "static(1)", "speedup"] == 1.0).all()
+    out = figures_dir(p)
+    for f in ("backbone_modes.csv", "backbone_modes.md", "adjacent_steps.csv"):
+        assert (out / f).exists(), f
+    adj = pd.read_csv(out / "adjacent_steps.csv")
+    assert (adj["kl_mean"] >= 0).all()
