@@ -60,7 +60,9 @@ def mode_list(profile, head) -> list[tuple[str, object]]:
                 modes.append(("speculative", Speculative(K, dr, head=head)))
     if head is not None:
         modes += [("direct", Direct(s, head=head)) for s in (1, 2)]
-    modes += [("naive_lookahead", NaiveLookahead(k)) for k in d.lookahead_k]
+    # The paper's lookahead K counts tokens revealed beyond the backbone's own pick (its K = 1 naive
+    # row is below static, its K = 1 MRP row equals direct step 1), so naive lookahead K reveals K + 1.
+    modes += [("naive_lookahead", NaiveLookahead(k + 1)) for k in d.lookahead_k]
     if head is not None:
         taus = sorted({0.5, 0.3, *d.thresholds}, reverse=True)
         for t in taus:

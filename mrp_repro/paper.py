@@ -383,14 +383,19 @@ def direct_table(runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float
 def lookahead_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """Naive MTP vs MRP by lookahead K: accuracy per model x benchmark x method x K.
 
-    naive_mtp = mode "naive" (K tokens from the same uncorrected logits); mrp = mode "direct" with steps = K.
+    Lookahead K = tokens revealed per backbone forward beyond the backbone's own pick (the paper's naive K = 1
+    row is below static and its MRP K = 1 row matches direct step 1): naive_mtp = mode "naive" revealing K + 1
+    tokens from the same uncorrected logits; mrp = mode "direct" with steps = K.
     """
     df = normalize_runs(runs)
     keys = ["model", "benchmark", "method", "lookahead_k"]
     rows = []
-    for method, mode, kcol in (("naive_mtp", "naive", "k"), ("mrp", "direct", "steps")):
+    for method, mode, kcol, offset in (("naive_mtp", "naive", "k", 1), ("mrp", "direct", "steps", 0)):
         sub = df[df["mode"] == mode]
         for (model, bench, k), g in sub.groupby(["model", "benchmark", kcol]):
+            k = k - offset
+            if k < 1:
+                continue
             row = {"model": model, "benchmark": bench, "method": method, "lookahead_k": int(k), "n": len(g)}
             row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = bootstrap_ci(g["correct"], n_boot, ci, seed)
             rows.append(row)
@@ -555,7 +560,7 @@ def synthetic_runs(
         for steps, (acc, sp) in {1: (0.78, 0.65), 2: (0.75, 0.55)}.items():
             add(b, "direct", acc if good else 0.2, sp, sp * 0.01, steps=steps)
         for k in (1, 2, 3, 4):
-            add(b, "naive", 0.8 * (0.25 ** (k - 1)) if good else 0.8, 1.0 / k, 0.01 / k, k=k)
+            add(b, "naive", 0.8 * (0.25 ** (k - 1)) if good else 0.8, 1.0 / k, 0.01 / k, k=k + 1)  # K + 1 tokens
             if k > 2:
                 add(b, "direct", (0.8 - 0.05 * k) if good else 0.05, 1.0 / k, 0.01 / k, steps=k)
         for tau in (0.9, 0.7, 0.5, 0.3):
