@@ -2,15 +2,12 @@
 
 Required in CI (not marked slow): the whole smoke sequence stays under a few minutes on 2 cores.
 Outputs go to a temporary directory through MRP_REPRO_RUNS / MRP_REPRO_FIGURES.
-A notebook whose mrp_repro modules have not landed yet is skipped with the missing module named.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,13 +45,6 @@ def test_every_notebook_is_listed_and_clean():
                 assert not c.get("outputs") and c.get("execution_count") is None, f"{nb.name}: committed with outputs"
 
 
-def _missing_modules(nb: Path) -> list[str]:
-    src = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
-    mods = set(re.findall(r"^\s*from (mrp_repro[\w.]*) import", src, re.M))
-    mods |= {f"mrp_repro.{m}" for m in re.findall(r"^\s*from mrp_repro import (\w+)", src, re.M)}
-    return sorted(m for m in mods if importlib.util.find_spec(m) is None)
-
-
 @pytest.fixture(scope="session")
 def kernel():
     from jupyter_client.kernelspec import KernelSpecManager
@@ -83,9 +73,6 @@ def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
     import papermill as pm
 
     nb = ROOT / "notebooks" / f"{name}.ipynb"
-    missing = _missing_modules(nb)
-    if missing:
-        pytest.skip(f"{name}: mrp_repro modules not in the tree yet: {', '.join(missing)}")
     out = smoke_dirs / "runs" / "smoke" / "notebooks" / nb.name
     out.parent.mkdir(parents=True, exist_ok=True)
     env = {"MRP_REPRO_DEVICE": "cpu"}
