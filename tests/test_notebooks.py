@@ -28,7 +28,7 @@ EXPECTED = {
     "05_speculative": {"tables": ["speculative"], "figures": ["speculative", "speedup"]},
     "06_direct_lookahead": {"tables": ["direct", "lookahead"], "figures": ["lookahead"]},
     "07_remasking": {"tables": ["remasking", "remasking_by_rule"], "figures": ["remasking", "trajectory"]},
-    "08_kernels": {"files": ["kernels.csv", "kernels.png"]},
+    "08_kernels": {"tables": ["kernels_gbps"], "files": ["kernels.csv", "kernels.png", "kernels.pdf"]},
     "09_claims": {"tables": ["claims_table"], "files": ["claims.md", "claims.csv"]},
 }
 

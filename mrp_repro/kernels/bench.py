@@ -194,7 +194,7 @@ def _peak_gbps(device_name: str) -> float | None:
 
 
 def plot_roofline(df, path_png: str | Path) -> Path:
-    """Achieved read bandwidth vs N, one panel per op, one line per implementation.
+    """Achieved read bandwidth vs N, one panel per op, one line per implementation (PNG + PDF).
 
     Draws the HBM peak (H200: 4.8 TB/s) as a horizontal line when the rows come
     from a known GPU. Writes ``path_png`` and returns it.
@@ -230,6 +230,7 @@ def plot_roofline(df, path_png: str | Path) -> Path:
     fig.suptitle(f"kernels, V={v}, {df['dtype'].iloc[0] if len(df) else ''}, {dev}{note}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path_png, dpi=120)
+    fig.savefig(path_png.with_suffix(".pdf"))
     plt.close(fig)
     return path_png
 
