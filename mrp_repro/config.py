@@ -137,7 +137,7 @@ class MRPConfig:
     k_steps: int
     init: Literal["normal", "structured", "zero-out"]
     init_std: float
-    train_source: TaskSource
+    train_source: TaskSource | tuple[TaskSource, ...]  # one source, or a mix of several
     pretrained: str | None = None  # hub id of a released head (heavyball/sdar-*-mrp-3lyr)
 
 
@@ -358,7 +358,8 @@ def _check_values(p: Profile) -> None:
         need(m.num_heads % m.num_kv_heads == 0, "model.num_heads must be a multiple of model.num_kv_heads")
         need(p.tokenizer.kind == "tiny", "a scratch model uses tokenizer.kind 'tiny'")
     need(p.mrp.num_layers >= 1 and p.mrp.k_steps >= 1, "mrp.num_layers and mrp.k_steps must be >= 1")
-    need(p.mrp.train_source in p.trajectories.sources, "mrp.train_source must be one of trajectories.sources")
+    train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
+    need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
     need(0.0 <= p.mrp_training.heldout_frac < 1.0, "mrp_training.heldout_frac must be in [0, 1)")
     need(0.0 <= p.mrp_training.warmup_frac < 1.0, "mrp_training.warmup_frac must be in [0, 1)")
     need(0.0 < p.evaluation.ci < 1.0, "evaluation.ci must be in (0, 1)")
