@@ -133,3 +133,19 @@ def test_backbone_report_writes_tables(smoke_profile, tmp_runs):
         assert (out / f).exists(), f
     adj = pd.read_csv(out / "adjacent_steps.csv")
     assert (adj["kl_mean"] >= 0).all()
+
+
+def test_load_for_profile_local_checkpoint(smoke_profile, tmp_path):
+    """A hub-format directory (config.json + safetensors + tokenizer) loads through model.source 'local'."""
+    from mrp_repro.checkpoint import save_backbone
+    from mrp_repro.tokenizer import save_tokenizer
+
+    rb = _random_backbone(smoke_profile, std=0.5)
+    d = tmp_path / "ckpt"
+    save_backbone(rb.model, d)
+    save_tokenizer(rb.tokenizer, d)
+    p = smoke_profile.replace({"model.source": "local", "model.local_dir": str(d)})
+    bb = load_for_profile(p, device="cpu")
+    assert bb.mask_id == rb.mask_id and bb.eos_ids == rb.eos_ids
+    for (k, a), (_, b) in zip(rb.model.state_dict().items(), bb.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
