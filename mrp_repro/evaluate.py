@@ -26,6 +26,7 @@ from mrp_repro.decoding import Dynamic, Policy, Static, generate
 from mrp_repro.tasks import synthetic
 
 __all__ = [
+    "score",
     "score_problem",
     "run_mode",
     "summarize",
@@ -72,6 +73,9 @@ def score_problem(problem, text: str) -> dict:
     else:
         raise ValueError(f"no scorer for benchmark {b!r}")
     return {"correct": bool(r["correct"]), "valid_chain": math.nan, "extracted": r.get("extracted")}
+
+
+score = score_problem  # alias used by bench_modes
 
 
 def run_mode(
