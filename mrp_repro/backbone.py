@@ -21,7 +21,7 @@ import torch
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro.config import Profile
 from mrp_repro.model import SDARModel
-from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype
+from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype, set_num_threads
 from mrp_repro.tokenizer import eos_token_ids, load_tokenizer, mask_token_id
 
 __all__ = [
@@ -95,6 +95,8 @@ def load_for_profile(
         tok_src = profile.tokenizer.hub_id or str(path)
         tok = load_tokenizer(tok_src)
     mask_id, eos, pad = _special_ids(tok)
+    if dev.type == "cpu" and profile.evaluation.num_threads:
+        set_num_threads(profile.evaluation.num_threads)  # training set its own count; decoding wants this one
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -170,6 +170,9 @@ class EvaluationConfig:
     bootstrap_samples: int
     ci: float
     benchmarks: tuple[str, ...]
+    # Torch threads for decoding/evaluation on CPU (null: torch's default). Tiny models decode faster
+    # on one thread: the ops are too small to split, and a second busy process makes OpenMP spin.
+    num_threads: int | None = None
 
 
 SECTIONS: dict[str, type] = {
