@@ -3,8 +3,9 @@
     python -m mrp_repro.bench_modes --profile tiny [--n-prompts 100] [--tasks synth-math synth-code]
     -> figures/<profile>/modes.csv and modes.md
 
-    from mrp_repro.bench_modes import run_all_modes
-    df = run_all_modes(profile, backbone, head, ["synth-math", "synth-code"], n_prompts=100)
+    from mrp_repro.bench_modes import collect_runs, run_all_modes
+    runs = collect_runs(profile, backbone, head)    # one row per (prompt, mode): the notebooks' runs frame
+    df = run_all_modes(profile, backbone, head)     # one row per (task, mode), with the cost model
 
 Modes (METHOD.md §1, §3-5): static(1); dynamic(tau) for the profile thresholds; speculative K in
 profile.decoding.speculative_k x drafter {mrp, oracle, naive}; direct steps 1/2; naive_lookahead K in
@@ -43,10 +44,9 @@ from mrp_repro.decoding import (
     Remask,
     Speculative,
     Static,
-    generate,
 )
 
-__all__ = ["mode_list", "run_all_modes", "cost_model", "to_markdown", "main"]
+__all__ = ["mode_list", "collect_runs", "summarize_modes", "run_all_modes", "cost_model", "to_markdown", "main"]
 
 
 def mode_list(profile, head) -> list[tuple[str, object]]:
@@ -59,7 +59,8 @@ def mode_list(profile, head) -> list[tuple[str, object]]:
             if dr != "mrp" or head is not None:
                 modes.append(("speculative", Speculative(K, dr, head=head)))
     if head is not None:
-        modes += [("direct", Direct(s, head=head)) for s in (1, 2)]
+        # direct steps 1/2 (the paper's direct table) and every lookahead K (its lookahead table)
+        modes += [("direct", Direct(s, head=head)) for s in sorted({1, 2, *d.lookahead_k})]
     # The paper's lookahead K counts tokens revealed beyond the backbone's own pick (its K = 1 naive
     # row is below static, its K = 1 MRP row equals direct step 1), so naive lookahead K reveals K + 1.
     modes += [("naive_lookahead", NaiveLookahead(k + 1)) for k in d.lookahead_k]
@@ -128,85 +129,63 @@ def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4)
     return res
 
 
-def _problems(task: str, n: int, profile):
-    from mrp_repro.tasks import synthetic
+def collect_runs(profile, backbone, head, n_prompts: int | None = None, tasks=None, modes=None,
+                 batch_size: int | None = None, max_new_tokens: int | None = None,
+                 progress: bool = False) -> pd.DataFrame:  # fmt: skip
+    """The runs frame: one row per (prompt, mode) of every mode in `modes` (default mode_list), through
+    evaluate.run_mode on the same problems. Adds family, drafter, threshold, rule, k, steps and
+    ``identical`` (output token-for-token equal to static(1)'s on that prompt)."""
+    from mrp_repro import evaluate
+    from mrp_repro.paper import model_for_profile
 
-    if task in synthetic.TASKS:
-        return synthetic.generate(task, "test", n, seed=profile.data.seed, block_size=profile.block_size)
-    from mrp_repro.tasks import benchmarks  # pragma: no cover - real benchmarks need their data
-
-    return benchmarks.load(task, n=n)  # type: ignore[attr-defined]
-
-
-def _score(problem, text: str) -> bool:
-    from mrp_repro.tasks import synthetic
-
-    if problem.benchmark in synthetic.TASKS:
-        return bool(synthetic.score(problem, text)["correct"])
-    from mrp_repro import evaluate  # pragma: no cover
-
-    return bool(evaluate.score(problem, text)["correct"])  # type: ignore[attr-defined]
-
-
-def _run(backbone, prompts, policy, batch_size: int, max_new: int):
-    toks, stats, wall = [], [], 0.0
-    dev = backbone.model.lm_head.weight.device
-    for i in range(0, len(prompts), batch_size):
-        _sync(dev)
-        t0 = time.perf_counter()
-        r = generate(backbone.model, prompts[i : i + batch_size], policy, backbone.block_size, backbone.mask_id,
-                     backbone.eos_ids, max_new, pad_id=backbone.pad_id)  # fmt: skip
-        _sync(dev)
-        wall += time.perf_counter() - t0
-        toks += r.tokens
-        stats += r.stats
-    return toks, stats, wall
-
-
-def run_all_modes(profile, backbone, head, tasks, n_prompts: int, batch_size: int | None = None,
-                  max_new_tokens: int | None = None, modes=None, progress: bool = True) -> pd.DataFrame:  # fmt: skip
-    """One row per (task, mode); see the module docstring for the columns."""
-    from mrp_repro.backbone import decode, encode_prompts
-
-    d, ev = profile.decoding, profile.evaluation
-    bs = batch_size or d.batch_size
-    max_new = max_new_tokens or d.max_new_tokens
+    d = profile.decoding
+    bs, max_new = batch_size or d.batch_size, max_new_tokens or d.max_new_tokens
     modes = modes if modes is not None else mode_list(profile, head)
-    Ks = sorted({p.K for _, p in modes if isinstance(p, Speculative)})
-    cm = cost_model(backbone.model, head, min(bs, n_prompts), backbone.block_size, Ks) if Ks else None
-    rows = []
-    for task in tasks:
-        problems = _problems(task, n_prompts, profile)
-        prompts = encode_prompts(backbone, problems)
-        ref_tokens = None
-        for family, policy in modes:
-            toks, stats, wall = _run(backbone, prompts, policy, bs, max_new)
-            correct = np.array([_score(p, decode(backbone, t)) for p, t in zip(problems, toks, strict=True)], float)
-            if policy.name == "static(1)":
-                ref_tokens = toks
-            lo, hi = _bootstrap(correct, ev.bootstrap_samples, ev.ci)
-            n_tok = sum(len(t) for t in toks)
-            acc_len = [j for s in stats for j in s.accept_lengths]
-            row = dict(
-                task=task, family=family, mode=policy.name, n=len(problems),
-                accuracy=100 * correct.mean(), ci_lo=100 * lo, ci_hi=100 * hi,
-                backbone_forwards=np.mean([s.backbone_forwards for s in stats]),
-                denoise_forwards=np.mean([s.denoise_forwards for s in stats]),
-                mrp_forwards=np.mean([s.mrp_forwards for s in stats]),
-                tpf=sum(s.tokens for s in stats) / max(sum(s.denoise_forwards for s in stats), 1),
-                revoked=np.mean([s.revoked for s in stats]),
-                mean_accept=float(np.mean(acc_len)) if acc_len else float("nan"),
-                wall_s=wall, tokens_per_s=n_tok / wall if wall > 0 else float("nan"),
-                lossless=None if ref_tokens is None else bool(toks == ref_tokens),
-                K=getattr(policy, "K", None) if family == "speculative" else None,
-                drafter=getattr(policy, "drafter", None),
-            )  # fmt: skip
-            rows.append(row)
+    frames = []
+    for task in tasks or profile.evaluation.benchmarks:
+        problems = evaluate.eval_problems(profile, task, n_prompts)
+        ref = None
+        for family, pol in modes:
+            df = evaluate.run_mode(backbone, problems, pol, bs, max_new, progress=progress)
+            if family == "static" and pol.name == evaluate.STATIC_MODE:
+                ref = df["text"].to_numpy()
+            df.insert(0, "model", model_for_profile(profile))
+            df["family"] = family
+            df["drafter"] = getattr(pol, "drafter", None) if family == "speculative" else None
+            df["threshold"] = getattr(pol, "threshold", getattr(pol, "tau", np.nan))
+            df["rule"] = getattr(pol, "rule", None) if family == "remask" else None
+            df["k"] = getattr(pol, "K", getattr(pol, "k", np.nan)) if family in ("speculative", "naive_lookahead") \
+                else np.nan  # fmt: skip
+            df["steps"] = getattr(pol, "steps", np.nan) if family == "direct" else np.nan
+            df["identical"] = (df["text"].to_numpy() == ref) if ref is not None else np.nan
+            frames.append(df)
             if progress:
-                print(f"[bench_modes] {task} {policy.name}: acc {row['accuracy']:.1f} tpf {row['tpf']:.2f} "
-                      f"{row['tokens_per_s']:.0f} tok/s lossless={row['lossless']}", flush=True)  # fmt: skip
+                print(f"[bench_modes] {task} {pol.name}: acc {100 * df['correct'].mean():.1f} "
+                      f"tpf {df['tokens'].sum() / max(df['denoise_forwards'].sum(), 1):.2f}", flush=True)  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
+def summarize_modes(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95) -> pd.DataFrame:
+    """One row per (task, mode) of a runs frame; see the module docstring for the columns."""
+    rows = []
+    for (task, mode), g in runs.groupby(["task", "mode"], sort=False):
+        correct = g["correct"].to_numpy(float)
+        lo, hi = _bootstrap(correct, n_boot, ci)
+        acc_len = [int(j) for a in g["accept_lengths"].fillna("") for j in str(a).split()]
+        wall = g["wall_s"].sum()
+        r0 = g.iloc[0]
+        rows.append(dict(
+            task=task, family=r0["family"], mode=mode, n=len(g),
+            accuracy=100 * correct.mean(), ci_lo=100 * lo, ci_hi=100 * hi,
+            backbone_forwards=(g["denoise_forwards"] + g["commit_forwards"]).mean(),
+            denoise_forwards=g["denoise_forwards"].mean(), mrp_forwards=g["mrp_forwards"].mean(),
+            tpf=g["tokens"].sum() / max(g["denoise_forwards"].sum(), 1),
+            revoked=g["revoked"].mean(), mean_accept=float(np.mean(acc_len)) if acc_len else float("nan"),
+            wall_s=wall, tokens_per_s=g["tokens"].sum() / wall if wall > 0 else float("nan"),
+            lossless=bool(g["identical"].astype(bool).all()) if g["identical"].notna().all() else None,
+            K=r0["k"] if r0["family"] == "speculative" else None, drafter=r0["drafter"],
+        ))  # fmt: skip
     df = pd.DataFrame(rows)
-    # speedup over static(1) of the same task: time per generated token
     static_tps = df[df["mode"] == "static(1)"].set_index("task")["tokens_per_s"]
     df["speedup"] = df["tokens_per_s"] / df["task"].map(static_tps)
     oracle = df[df["drafter"] == "oracle"].set_index(["task", "K"])["tpf"]
@@ -214,7 +193,20 @@ def run_all_modes(profile, backbone, head, tasks, n_prompts: int, batch_size: in
         r.tpf / oracle.get((r.task, r.K), float("nan")) if r.family == "speculative" else float("nan")
         for r in df.itertuples()
     ]
-    if cm is not None:
+    return df
+
+
+def run_all_modes(profile, backbone, head, tasks=None, n_prompts: int | None = None, batch_size: int | None = None,
+                  max_new_tokens: int | None = None, modes=None, progress: bool = True) -> pd.DataFrame:  # fmt: skip
+    """Every mode on the same prompts, summarised per (task, mode), with the speculative cost model."""
+    modes = modes if modes is not None else mode_list(profile, head)
+    runs = collect_runs(profile, backbone, head, n_prompts, tasks, modes, batch_size, max_new_tokens, progress)
+    ev = profile.evaluation
+    df = summarize_modes(runs, ev.bootstrap_samples, ev.ci)
+    Ks = sorted({p.K for _, p in modes if isinstance(p, Speculative)})
+    if Ks:
+        bs = min(batch_size or profile.decoding.batch_size, int(df["n"].max()))
+        cm = cost_model(backbone.model, head, bs, backbone.block_size, Ks)
         df["verify_cost"] = [cm["verify_cost"].get(k, float("nan")) if k == k and k is not None else float("nan")
                              for k in df["K"]]  # fmt: skip
         df["head_cost"] = [cm["head_cost"] if dr == "mrp" else (0.0 if dr in ("naive", "oracle") else float("nan"))
@@ -279,9 +271,7 @@ def main(argv: list[str] | None = None) -> None:
 
         hdir = train_for_profile(profile, bb)
         head = load_head(Path(hdir) / "head", bb.model.config, device=bb.device, dtype=bb.model.lm_head.weight.dtype)
-    tasks = a.tasks or list(profile.evaluation.benchmarks)
-    n = a.n_prompts or profile.evaluation.n_prompts or 100
-    df = run_all_modes(profile, bb, head, tasks, n, batch_size=a.batch_size)
+    df = run_all_modes(profile, bb, head, a.tasks, a.n_prompts, batch_size=a.batch_size)
     out = Path(a.out) if a.out else figures_dir(profile)
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "modes.csv", index=False)

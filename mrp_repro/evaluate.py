@@ -55,6 +55,7 @@ COLUMNS = [
     "revoked",
     "accepted",
     "drafted",
+    "accept_lengths",
     "wall_s",
 ]
 
@@ -135,6 +136,7 @@ def run_mode(
                 revoked=s.revoked,
                 accepted=s.accepted,
                 drafted=s.drafted,
+                accept_lengths=" ".join(map(str, s.accept_lengths)),  # a string: survives the CSV cache
                 wall_s=wall,
             )
     df = pd.DataFrame([rows[i] for i in range(len(problems))], columns=COLUMNS)
@@ -224,10 +226,18 @@ def summarize(
 # ----------------------------------------------------------------------------- backbone table
 
 
-def eval_problems(profile, task: str, n: int | None = None) -> list:
-    """Held-out test problems of a synthetic task (evaluation.n_prompts of them by default)."""
-    n = n if n is not None else (profile.evaluation.n_prompts or profile.data.n_eval or 200)
-    return synthetic.generate(task, "test", n, profile.data.seed, profile.block_size)
+def eval_problems(profile, task: str | None = None, n: int | None = None) -> list:
+    """Held-out problems of one task (or of every evaluation.benchmarks entry): the test split of a
+    synthetic task, or the first n of a real benchmark (n defaults to evaluation.n_prompts)."""
+    from mrp_repro.runtime import data_dir
+    from mrp_repro.tasks import benchmarks
+
+    if task is None:
+        return [p for t in profile.evaluation.benchmarks for p in eval_problems(profile, t, n)]
+    n = n if n is not None else profile.evaluation.n_prompts
+    if task in synthetic.TASKS:
+        return synthetic.generate(task, "test", n or profile.data.n_eval or 200, profile.data.seed, profile.block_size)
+    return benchmarks.load_benchmark(task, data_dir(profile), limit=n)
 
 
 def _markdown(s: pd.DataFrame) -> str:

@@ -187,8 +187,22 @@ _ALIASES = {"task": "benchmark", "policy": "mode", "tau": "threshold", "lookahea
             "identical_to_static": "identical", "lossless": "identical"}  # fmt: skip
 
 
+_FAMILY = {"naive_lookahead": "naive"}
+
+
 def normalize_runs(runs: pd.DataFrame, model: str | None = None) -> pd.DataFrame:
-    """A copy with the canonical column names; missing setting columns added as NaN."""
+    """A copy with the canonical column names; missing setting columns added as NaN.
+
+    A bench_modes runs frame (``mode`` = policy name, ``family`` = kind of mode) becomes ``policy`` and
+    ``mode`` (naive_lookahead -> naive); speculative rows keep only the MRP drafter (oracle and naive
+    drafters are bench_modes diagnostics, not the paper's method)."""
+    if "family" in runs.columns:
+        runs = runs.rename(columns={"mode": "policy", "task_id": "problem_id"})
+        runs["mode"] = runs.pop("family").replace(_FAMILY)
+        if "drafter" in runs.columns:
+            runs = runs[(runs["mode"] != "speculative") | (runs["drafter"] == "mrp")]
+        if {"denoise_forwards", "commit_forwards"} <= set(runs.columns) and "backbone_nfe" not in runs.columns:
+            runs = runs.assign(backbone_nfe=runs["denoise_forwards"] + runs["commit_forwards"])
     df = runs.rename(columns={k: v for k, v in _ALIASES.items() if k in runs.columns and v not in runs.columns})
     df = df.copy()
     if "model" not in df.columns:
@@ -482,21 +496,6 @@ def mrp_curve_frame(loss_curve: pd.DataFrame | str | Path) -> pd.DataFrame:
     return train.merge(held, on="step", how="outer").sort_values("step").reset_index(drop=True)
 
 
-def eval_problems(profile: Profile, n: int | None = None) -> list:
-    """The evaluation problems of a profile: n per benchmark (synthetic: the test split)."""
-    from mrp_repro.runtime import data_dir
-    from mrp_repro.tasks import benchmarks, synthetic
-
-    n = n if n is not None else profile.evaluation.n_prompts
-    out = []
-    for b in profile.evaluation.benchmarks:
-        if b in synthetic.TASKS:
-            out += synthetic.generate(b, "test", n or profile.data.n_eval or 64, profile.data.seed, profile.block_size)
-        else:
-            out += benchmarks.load_benchmark(b, data_dir(profile), limit=n)
-    return out
-
-
 def decode_events(backbone, policy, problems: list, max_new_tokens: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run one decoding policy on a few problems; returns (trace events, per-round accept lengths)."""
     from mrp_repro.backbone import encode_prompts
@@ -571,47 +570,3 @@ def synthetic_runs(
                 add(b, "remask", min(base + gain, 1.0), tau * 1.2, tau * 0.012, threshold=tau, rule=rule)
     df = pd.DataFrame(rows)
     return df
-
-
-_FAMILY = {"naive_lookahead": "naive"}
-
-
-def collect_runs(
-    profile: Profile, backbone, head, n_prompts: int | None = None, progress: bool = False
-) -> pd.DataFrame:
-    """The runs frame (one row per prompt and setting) of every mode of bench_modes.mode_list on the profile's
-    benchmarks, through evaluate.run_mode; ``identical`` compares each output with static(1)'s text.
-    Only the MRP drafter is kept for speculative mode (oracle/naive drafters are bench_modes diagnostics)."""
-    from mrp_repro import evaluate
-    from mrp_repro.bench_modes import mode_list
-    from mrp_repro.decoding.mrp_modes import Direct
-
-    d = profile.decoding
-    n = n_prompts or profile.evaluation.n_prompts
-    model = model_for_profile(profile)
-    frames = []
-    for bench in profile.evaluation.benchmarks:
-        problems = eval_problems(profile, n)
-        problems = [p for p in problems if p.benchmark == bench]
-        ref = None
-        extra = [("direct", Direct(k, head=head)) for k in d.lookahead_k if k not in (1, 2) and head is not None]
-        for family, pol in mode_list(profile, head) + extra:
-            if family == "speculative" and getattr(pol, "drafter", "mrp") != "mrp":
-                continue
-            df = evaluate.run_mode(backbone, problems, pol, d.batch_size, d.max_new_tokens, progress=progress)
-            df = df.rename(columns={"task": "benchmark", "task_id": "problem_id", "mode": "policy"})
-            df.insert(0, "model", model)
-            df["mode"] = _FAMILY.get(family, family)
-            df["threshold"] = getattr(pol, "threshold", getattr(pol, "tau", np.nan))
-            df["rule"] = getattr(pol, "rule", np.nan) if family == "remask" else np.nan
-            df["k"] = getattr(pol, "K", getattr(pol, "k", np.nan)) if family in ("speculative", "naive_lookahead") \
-                else np.nan  # fmt: skip
-            df["steps"] = getattr(pol, "steps", np.nan) if family == "direct" else np.nan
-            df["backbone_nfe"] = df["denoise_forwards"] + df["commit_forwards"]
-            df["denoise_nfe"] = df["denoise_forwards"]
-            if family == "static":
-                ref = df.set_index("problem_id")["text"]
-            df["identical"] = (df["text"].to_numpy() == df["problem_id"].map(ref).to_numpy()) if ref is not None \
-                else np.nan  # fmt: skip
-            frames.append(df.drop(columns=["text"]))
-    return pd.concat(frames, ignore_index=True)

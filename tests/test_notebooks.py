@@ -25,7 +25,10 @@ EXPECTED = {
     "02_trajectories": {"tables": ["trajectories"]},
     "03_adjacent_step_logits": {"tables": ["adjacent"], "figures": ["adjacent"]},
     "04_train_mrp": {"tables": ["mrp_curve"], "figures": ["mrp_curve"]},
-    "05_speculative": {"tables": ["speculative"], "figures": ["speculative", "speedup"]},
+    "05_speculative": {
+        "tables": ["speculative", "modes", "speculative_drafters"],
+        "figures": ["speculative", "speedup"],
+    },
     "06_direct_lookahead": {"tables": ["direct", "lookahead"], "figures": ["lookahead"]},
     "07_remasking": {"tables": ["remasking", "remasking_by_rule"], "figures": ["remasking", "trajectory"]},
     "08_kernels": {"tables": ["kernels_gbps"], "files": ["kernels.csv", "kernels.png", "kernels.pdf"]},
