@@ -13,6 +13,7 @@ local profiles load a hub-format checkpoint and its tokenizer.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,10 @@ class Backbone:
 
 def backbone_dir(profile: Profile) -> Path:
     """The artifact directory of a scratch profile's trained backbone."""
-    return artifact_dir(profile, "backbone", profile.section_hash(*BACKBONE_SECTIONS))
+    from mrp_repro.tasks.synthetic import GENERATOR_VERSION
+
+    key = hashlib.sha256(f"{profile.section_hash(*BACKBONE_SECTIONS)}:synthetic-v{GENERATOR_VERSION}".encode())
+    return artifact_dir(profile, "backbone", key.hexdigest()[:12])
 
 
 def _special_ids(tok) -> tuple[int, list[int], int]:
