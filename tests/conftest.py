@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import pytest
+import torch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """The suite runs toy models op by op: one thread is faster than two, and two threads on a busy
+    2-core machine make OpenMP spin (decoding 15-30x slower)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

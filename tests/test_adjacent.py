@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from mrp_repro.adjacent import adjacent_step_similarity, step_pair_stats
 from mrp_repro.backbone import random_backbone
 from mrp_repro.evaluate import eval_problems
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models decode op by op: one thread avoids OpenMP thrashing on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_step_pair_stats_identity_and_range():

@@ -25,9 +25,7 @@ needs_data = pytest.mark.skipif(
 
 
 @needs_data
-@pytest.mark.parametrize(
-    "name, count", [("gsm8k", 1319), ("math500", 500), ("humaneval", 164), ("mbpp", 257)]
-)
+@pytest.mark.parametrize("name, count", [("gsm8k", 1319), ("math500", 500), ("humaneval", 164), ("mbpp", 257)])
 def test_counts(name, count):
     problems = load_benchmark(name, data_dir=DATA)
     assert len(problems) == count
@@ -87,15 +85,10 @@ def test_prompts():
     g = load_benchmark("gsm8k", data_dir=DATA, limit=1)[0]
     [msg] = build_messages(g)
     assert msg["role"] == "user"
-    assert (
-        msg["content"]
-        == g.prompt_text + "\nPlease reason step by step, and put your final answer within \\boxed{}."
-    )
+    assert msg["content"] == g.prompt_text + "\nPlease reason step by step, and put your final answer within \\boxed{}."
     h = load_benchmark("humaneval", limit=1)[0]
     content = build_messages(h)[0]["content"]
-    assert (
-        content.startswith("Complete the following python code:\n" + h.prompt_text) and "```python" in content
-    )
+    assert content.startswith("Complete the following python code:\n" + h.prompt_text) and "```python" in content
     mb = load_benchmark("mbpp", data_dir=DATA, limit=1)[0]
     content = build_messages(mb)[0]["content"]
     assert content.startswith(

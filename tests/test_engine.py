@@ -59,13 +59,9 @@ def test_eos_stops_and_stats_count_forwards():
     res = generate(m, [[5, 6, 7], [8] * 9], Static(), 4, MASK, [0], max_new_tokens=40, pad_id=39)
     assert res.tokens == [[], []]
     # Row 0: prompt 3 -> 1 masked slot in block 0, then EOS stops it: 1 denoise forward + 1 commit.
-    assert (
-        res.stats[0].tokens == 1 and res.stats[0].denoise_forwards == 1 and res.stats[0].commit_forwards == 1
-    )
+    assert res.stats[0].tokens == 1 and res.stats[0].denoise_forwards == 1 and res.stats[0].commit_forwards == 1
     # Row 1: prompt 9 -> prefill (2 blocks) + 3 slots of block 2: 3 denoise forwards.
-    assert (
-        res.stats[1].tokens == 3 and res.stats[1].denoise_forwards == 3 and res.stats[1].commit_forwards == 2
-    )
+    assert res.stats[1].tokens == 3 and res.stats[1].denoise_forwards == 3 and res.stats[1].commit_forwards == 2
     assert all(e["kind"] == "reveal" for e in res.trace)
 
 

@@ -33,9 +33,7 @@ def _parse(req: str) -> tuple[str, str]:
 
 def _pyproject_pins() -> dict[str, str]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = list(data["dependencies"]) + [
-        r for rs in data.get("optional-dependencies", {}).values() for r in rs
-    ]
+    reqs = list(data["dependencies"]) + [r for rs in data.get("optional-dependencies", {}).values() for r in rs]
     return dict(_parse(r) for r in reqs)
 
 

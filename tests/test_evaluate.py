@@ -24,15 +24,6 @@ from mrp_repro.evaluate import (
 from mrp_repro.tasks import synthetic
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models decode op by op: one thread avoids OpenMP thrashing on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def random_backbone(profile) -> Backbone:
     return _random_backbone(profile, std=0.5)
 

@@ -114,10 +114,7 @@ MBPP_PROBLEM = Problem(
 
 
 def test_extract_code_python_block_with_text_around():
-    text = (
-        "Sure! Here is the code:\n```python\ndef f(x):\n    return x\n```\n"
-        "This returns x.\n```python\nother\n```"
-    )
+    text = "Sure! Here is the code:\n```python\ndef f(x):\n    return x\n```\nThis returns x.\n```python\nother\n```"
     assert extract_code(text) == "def f(x):\n    return x\n"
 
 

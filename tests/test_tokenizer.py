@@ -88,7 +88,5 @@ def test_qwen_special_tokens(qwen):
 def test_qwen_chat_template(qwen):
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "2+2?"}]
     text = qwen.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    assert (
-        text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
-    )
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
     assert qwen.apply_chat_template(msgs[1:], tokenize=False) == "<|im_start|>user\n2+2?<|im_end|>\n"

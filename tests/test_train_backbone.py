@@ -17,16 +17,6 @@ from mrp_repro.train_backbone import (
     train_backbone,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models decode op by op: one thread avoids OpenMP thrashing on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 L = 8
 
 

@@ -15,14 +15,6 @@ from mrp_repro.trajectories import collect
 MASK, EOS, L = 1, 2, 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny_model(seed=0):
     torch.manual_seed(seed)
     cfg = ModelConfig(

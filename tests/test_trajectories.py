@@ -48,14 +48,6 @@ def run(model, items, source, out, hook=None, shard_size=4):
     )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 class Stop(Exception):
     pass
 
