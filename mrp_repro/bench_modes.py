@@ -46,7 +46,10 @@ from mrp_repro.decoding import (
     Static,
 )
 
-__all__ = ["mode_list", "collect_runs", "summarize_modes", "run_all_modes", "cost_model", "to_markdown", "main"]
+__all__ = [
+    "mode_list", "speculative_modes", "collect_runs", "summarize_modes", "run_all_modes", "cost_model",
+    "with_cost_model", "to_markdown", "main",
+]  # fmt: skip
 
 
 def mode_list(profile, head) -> list[tuple[str, object]]:
@@ -196,6 +199,26 @@ def summarize_modes(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95) ->
     return df
 
 
+def speculative_modes(profile, head) -> list[tuple[str, object]]:
+    """static(1) and every speculative (K, drafter) of mode_list: the lossless family."""
+    return [(f, p) for f, p in mode_list(profile, head) if f in ("static", "speculative")]
+
+
+def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:
+    """Add verify_cost, head_cost and predicted_speedup (speculative rows) from cost_model()."""
+    df = df.copy()
+    df["verify_cost"] = [cm["verify_cost"].get(k, float("nan")) if k == k and k is not None else float("nan")
+                         for k in df["K"]]  # fmt: skip
+    df["head_cost"] = [cm["head_cost"] if dr == "mrp" else (0.0 if dr in ("naive", "oracle") else float("nan"))
+                       for dr in df["drafter"]]  # fmt: skip
+    df["predicted_speedup"] = [
+        r.mean_accept / (r.verify_cost + (r.K - 1) * r.head_cost) if r.family == "speculative" else float("nan")
+        for r in df.itertuples()
+    ]
+    df.attrs["cost_model"] = cm
+    return df
+
+
 def run_all_modes(profile, backbone, head, tasks=None, n_prompts: int | None = None, batch_size: int | None = None,
                   max_new_tokens: int | None = None, modes=None, progress: bool = True) -> pd.DataFrame:  # fmt: skip
     """Every mode on the same prompts, summarised per (task, mode), with the speculative cost model."""
@@ -206,16 +229,7 @@ def run_all_modes(profile, backbone, head, tasks=None, n_prompts: int | None = N
     Ks = sorted({p.K for _, p in modes if isinstance(p, Speculative)})
     if Ks:
         bs = min(batch_size or profile.decoding.batch_size, int(df["n"].max()))
-        cm = cost_model(backbone.model, head, bs, backbone.block_size, Ks)
-        df["verify_cost"] = [cm["verify_cost"].get(k, float("nan")) if k == k and k is not None else float("nan")
-                             for k in df["K"]]  # fmt: skip
-        df["head_cost"] = [cm["head_cost"] if dr == "mrp" else (0.0 if dr in ("naive", "oracle") else float("nan"))
-                           for dr in df["drafter"]]  # fmt: skip
-        df["predicted_speedup"] = [
-            r.mean_accept / (r.verify_cost + (r.K - 1) * r.head_cost) if r.family == "speculative" else float("nan")
-            for r in df.itertuples()
-        ]
-        df.attrs["cost_model"] = cm
+        df = with_cost_model(df, cost_model(backbone.model, head, bs, backbone.block_size, Ks))
     return df
 
 

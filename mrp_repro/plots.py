@@ -124,7 +124,7 @@ def _isnan(x) -> bool:
     return x is None or (isinstance(x, (float, np.floating)) and math.isnan(x))
 
 
-def _markdown(df: pd.DataFrame) -> str:
+def markdown(df: pd.DataFrame) -> str:
     cols = [str(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in df.itertuples(index=False):
@@ -151,7 +151,7 @@ def save_table(df: pd.DataFrame, directory, name: str, digits: int = 1) -> list[
     d = out_dir(directory)
     shown = format_table(df, digits)
     paths = [d / f"{name}.md", d / f"{name}.tex", d / f"{name}.csv"]
-    paths[0].write_text(_markdown(shown))
+    paths[0].write_text(markdown(shown))
     paths[1].write_text(_latex(shown))
     df.to_csv(paths[2], index=False)
     return paths
