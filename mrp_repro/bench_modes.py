@@ -105,7 +105,7 @@ def _timed(fn, dev, repeats=5) -> float:
 
 
 @torch.no_grad()
-def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4) -> dict:
+def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4, repeats: int = 5) -> dict:
     """Measured wall-time ratios to one forward_block at `batch` rows: verify_cost[K], head_cost."""
     dev = model.lm_head.weight.device
     V = model.config.vocab_size
@@ -118,17 +118,18 @@ def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4)
     kv = torch.ones(batch, C, dtype=torch.bool, device=dev)
     cache = model.new_cache(batch, C)
     out = model.prefill(ctx, cpos, kv, cache, block)
-    t1 = _timed(lambda: model.forward_block(ids, pos, cache), dev)
+    t1 = _timed(lambda: model.forward_block(ids, pos, cache), dev, repeats)
     res = {"t_forward_s": t1, "verify_cost": {}}
     for K in Ks:
         cand = ids[:, None].expand(batch, K, block).contiguous()
-        res["verify_cost"][K] = _timed(lambda c=cand: model.forward_candidates(c, pos, cache), dev) / t1
+        res["verify_cost"][K] = _timed(lambda c=cand: model.forward_candidates(c, pos, cache), dev, repeats) / t1
     res["head_cost"] = float("nan")
     if head is not None:
         hcache = head.new_cache(batch, C)
         head.commit(out.hidden, ctx, cpos, model.embed_tokens, hcache, key_valid=kv, block_size=block)
         h = model.forward_block(ids, pos, cache).hidden
-        res["head_cost"] = _timed(lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache)), dev) / t1
+        step = lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache))  # noqa: E731
+        res["head_cost"] = _timed(step, dev, repeats) / t1
     return res
 
 

@@ -34,7 +34,6 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import os
 import random
 import time
@@ -47,6 +46,7 @@ from mrp_repro.kernels import residual_kl
 from mrp_repro.model import SDARModel
 from mrp_repro.mrp import MRPHead, save_head
 from mrp_repro.runtime import artifact_dir, provenance, set_num_threads, write_json_atomic
+from mrp_repro.train_backbone import lr_lambda_for
 from mrp_repro.trajectories import load_trajectories, model_fingerprint
 
 __all__ = ["TrajectoryData", "mrp_loss", "train_mrp", "train_for_profile", "head_cost_ratio", "mrp_dir", "main"]
@@ -275,53 +275,16 @@ def evaluate(
 def head_cost_ratio(
     backbone_model: SDARModel, head: MRPHead, batch: int, block: int, context_blocks: int = 4, repeats: int = 10
 ) -> float:
-    """Measured wall time of one head call / one backbone forward_block (median of `repeats`), both on
-    `batch` rows of one block with `context_blocks` blocks in their caches."""
-    dev = backbone_model.lm_head.weight.device
-    V = backbone_model.config.vocab_size
-    g = torch.Generator().manual_seed(0)
-    C = context_blocks * block
-    ctx = torch.randint(0, V, (batch, C), generator=g).to(dev)
-    ids = torch.randint(0, V, (batch, block), generator=g).to(dev)
-    cpos = torch.arange(C, device=dev)[None].expand(batch, -1)
-    pos = (C + torch.arange(block, device=dev))[None].expand(batch, -1)
-    kv = torch.ones(batch, C, dtype=torch.bool, device=dev)
-    bcache = backbone_model.new_cache(batch, C)
-    hcache = head.new_cache(batch, C)
-    if C:
-        out = backbone_model.prefill(ctx, cpos, kv, bcache, block)
-        head.commit(out.hidden, ctx, cpos, backbone_model.embed_tokens, hcache, key_valid=kv, block_size=block)
-    h = backbone_model.forward_block(ids, pos, bcache).hidden
+    """Measured wall time of one head call (lm_head included) / one backbone forward_block (medians of
+    `repeats`), both on `batch` rows of one block with `context_blocks` blocks in their caches."""
+    from mrp_repro.bench_modes import cost_model
 
-    def timed(fn):
-        fn()  # warm-up
-        ts = []
-        for _ in range(repeats):
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
-            fn()
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            ts.append(time.perf_counter() - t0)
-        return float(np.median(ts))
-
-    t_bb = timed(lambda: backbone_model.forward_block(ids, pos, bcache))
-    t_head = timed(lambda: backbone_model.lm_head(head.step(h, ids, pos, backbone_model.embed_tokens, hcache)))
-    return t_head / t_bb
+    return cost_model(backbone_model, head, batch, block, Ks=(), context_blocks=context_blocks, repeats=repeats)[
+        "head_cost"
+    ]
 
 
 # ----------------------------------------------------------------------------- training
-
-
-def _lr_lambda(steps: int, warmup: int, min_ratio: float):
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(warmup, 1)
-        prog = min(1.0, (step - warmup) / max(steps - warmup, 1))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
-
-    return f
 
 
 def _sources(profile) -> list[str]:
@@ -409,7 +372,7 @@ def train_mrp(
     head.to(device=dev, dtype=model.lm_head.weight.dtype).train()
     opt = torch.optim.AdamW(head.parameters(), lr=tc.lr)
     warm = max(1, int(round(tc.warmup_frac * tc.steps)))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(tc.steps, warm, tc.min_lr_ratio))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, warm, tc.min_lr_ratio))
     curve, heldout, start = [], [], 0
     ck = out / "ckpt.pt"
     if resume and ck.exists():
