@@ -55,6 +55,7 @@ COLUMNS = [
     "revoked",
     "accepted",
     "drafted",
+    "rounds",
     "accept_lengths",
     "wall_s",
 ]
@@ -136,6 +137,7 @@ def run_mode(
                 revoked=s.revoked,
                 accepted=s.accepted,
                 drafted=s.drafted,
+                rounds=s.rounds,
                 accept_lengths=" ".join(map(str, s.accept_lengths)),  # a string: survives the CSV cache
                 wall_s=wall,
             )
