@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from mrp_repro.decoding import Static, generate, masked_confidence, top_masked
+from mrp_repro.decoding import Static, masked_confidence, top_masked
 from mrp_repro.model import SDARModel
 
 __all__ = ["RecordingStatic", "adjacent_step_similarity", "step_pair_stats"]
@@ -63,16 +63,7 @@ def _trajectory_stats(model, backbone, prompts, max_distance, conf_below, batch_
     acc: dict[tuple[str, int], list[torch.Tensor]] = {}
     for i in range(0, len(prompts), batch_size):
         rec = RecordingStatic()
-        generate(
-            model,
-            prompts[i : i + batch_size],
-            rec,
-            block_size=backbone.block_size,
-            mask_id=backbone.mask_id,
-            eos_ids=backbone.eos_ids,
-            max_new_tokens=max_new_tokens,
-            pad_id=backbone.pad_id,
-        )
+        backbone.generate(prompts[i : i + batch_size], rec, max_new_tokens, model=model)
         for steps in rec.blocks:
             for t in range(len(steps)):
                 a, m_a = steps[t]

@@ -53,6 +53,14 @@ class Backbone:
     def device(self) -> torch.device:
         return self.model.lm_head.weight.device
 
+    def generate(self, prompts: list[list[int]], policy, max_new_tokens: int, model: SDARModel | None = None):
+        """decoding.generate with this backbone's block size and special ids (`model` swaps in another
+        model of the same tokenizer, e.g. a random init)."""
+        from mrp_repro.decoding import generate
+
+        return generate(model or self.model, prompts, policy, self.block_size, self.mask_id, self.eos_ids,
+                        max_new_tokens, pad_id=self.pad_id)  # fmt: skip
+
 
 def backbone_dir(profile: Profile) -> Path:
     """The artifact directory of a scratch profile's trained backbone."""

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from mrp_repro.decoding import Dynamic, Policy, Static, generate
+from mrp_repro.decoding import Dynamic, Policy, Static
 from mrp_repro.tasks import synthetic
 
 __all__ = [
@@ -105,16 +105,7 @@ def run_mode(
         it = tqdm(batches, desc=policy.name, leave=False, dynamic_ncols=True)
     for idx in it:
         t0 = time.perf_counter()
-        res = generate(
-            backbone.model,
-            [prompts[i] for i in idx],
-            policy,
-            block_size=backbone.block_size,
-            mask_id=backbone.mask_id,
-            eos_ids=backbone.eos_ids,
-            max_new_tokens=max_new_tokens,
-            pad_id=backbone.pad_id,
-        )
+        res = backbone.generate([prompts[i] for i in idx], policy, max_new_tokens)
         wall = (time.perf_counter() - t0) / len(idx)
         for j, i in enumerate(idx):
             p = problems[i]

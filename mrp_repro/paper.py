@@ -499,11 +499,9 @@ def mrp_curve_frame(loss_curve: pd.DataFrame | str | Path) -> pd.DataFrame:
 def decode_events(backbone, policy, problems: list, max_new_tokens: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run one decoding policy on a few problems; returns (trace events, per-round accept lengths)."""
     from mrp_repro.backbone import encode_prompts
-    from mrp_repro.decoding import generate
 
     bb = backbone
-    res = generate(bb.model, encode_prompts(bb, problems), policy, bb.block_size, bb.mask_id, bb.eos_ids,
-                   max_new_tokens, pad_id=bb.pad_id)  # fmt: skip
+    res = bb.generate(encode_prompts(bb, problems), policy, max_new_tokens)
     trace = pd.DataFrame(res.trace, columns=["row", "block", "step", "kind", "pos", "token"])
     acc = [{"row": r, "round": i, "accept_length": a} for r, s in enumerate(res.stats)
            for i, a in enumerate(s.accept_lengths)]  # fmt: skip
