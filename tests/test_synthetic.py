@@ -20,9 +20,9 @@ def test_deterministic_and_seed_dependent(task):
 @pytest.mark.parametrize("block_size", [8, 16])
 def test_splits_disjoint_and_layout(task, block_size):
     train = S.generate(task, "train", 5000, seed=0, block_size=block_size)
-    test = S.generate(task, "test", 500, seed=0, block_size=block_size)
+    test = S.generate(task, "test", 250, seed=0, block_size=block_size)
     assert not {p.prompt_text for p in train} & {p.prompt_text for p in test}
-    assert len({p.prompt_text for p in test}) == 500  # test problems are distinct
+    assert len({p.prompt_text for p in test}) == 250  # test problems are distinct (code at block 8 has 295)
     assert all(S.split_of_key(S.problem_key(p)) == "test" for p in test)
     sp = S.spec(task, block_size)
     chars = set(S.alphabet())
@@ -30,6 +30,14 @@ def test_splits_disjoint_and_layout(task, block_size):
         assert len(p.prompt_text) == sp.prompt_len and sp.prompt_len % block_size == 0
         assert sp.n_min <= len(p.extra["items"]) <= sp.n_max
         assert set(p.prompt_text + S.canonical_answer(p)) <= chars
+
+
+def test_exhausted_split_warns_and_repeats():
+    # synth-code's val split at block 8 holds 143 distinct problems
+    with pytest.warns(UserWarning, match="holds only 143 distinct problems"):
+        val = S.generate("synth-code", "val", 200, seed=0, block_size=8)
+    assert len(val) == 200 and len({p.prompt_text for p in val}) == 143
+    assert all(S.split_of_key(S.problem_key(p)) == "val" for p in val)
 
 
 @pytest.mark.parametrize("task", S.TASKS)
@@ -61,7 +69,7 @@ def _code_problem(coefs: dict[str, int], block_size=8) -> Problem:
 
 def test_code_scoring_examples():
     p = _code_problem({"a": 1, "c": 1, "d": 1, "e": 3})
-    assert p.prompt_text.startswith("Q:a1b0c1d1e3f0")
+    assert p.prompt_text == "Q:a1b0c1d1e3f0.="
     assert S.score(p, "e+e+e+a+d+c") == {"correct": True, "valid_chain": True, "extracted": "e+e+e+a+d+c"}
     assert S.score(p, "c+e+a+e+d+e\nmore")["correct"]
     # collapsed: a term repeated too often

@@ -13,7 +13,7 @@ as tau drops, as in the paper's curves.
 Families
 --------
 ``synth-code``  (stand-in for HumanEval)
-    prompt ``Q:a1b0c1d1e3f0g0h0i0j0.........=``  (coefficients of f(a, ..., j))
+    prompt ``Q:a1b0c1d1e3f0.=``  (the coefficients of f(a, ..., f), one slot per variable)
     answer ``e+e+e+a+d+c``: the ``return`` expression of ``f`` as expanded
     terms, in any order.  Scored by functional equivalence: by default an exact
     symbolic check (the answer parsed as a polynomial, no execution); with
@@ -45,6 +45,7 @@ import ast
 import hashlib
 import random
 import re
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
@@ -52,11 +53,12 @@ from .benchmarks import Problem
 
 TASKS = ("synth-math", "synth-code")
 # Bumped whenever generated problems change, so cached backbones trained on older data are not reused.
-GENERATOR_VERSION = 2
+# v3: code over 6 variables, all in play (v2: 5 of 10 drawn per problem, prompt of 24 characters, on which the
+# tiny backbone reached 47.5% static accuracy; v3 reaches 95.5% with the same model and steps).
+GENERATOR_VERSION = 3
 SPLITS = ("train", "val", "test")
 
-CODE_VARIABLES = "abcdefghij"
-CODE_ACTIVE_KINDS = 5  # kinds drawn per problem; Dirichlet(0.5) over these
+CODE_VARIABLES = "abcdef"  # every problem draws Dirichlet(0.5) weights over all of them
 CODE_MAX_COEF = 9  # one digit per coefficient in the prompt
 MATH_DIGITS = "12345"
 DIRICHLET_ALPHA = 0.5
@@ -84,8 +86,10 @@ def spec(task: str, block_size: int) -> Spec:
 
     code: 3..min(16, b) terms (block 8: 3-8 terms, 1-2 blocks; block 16:
     3-16 terms, 1-2 blocks; 3-10 at block 8 left the tiny model at 55% static
-    accuracy, its errors miscounted terms across three blocks).  math: 3..min(b, 12) digits, one block per list,
-    so answers take 3 blocks (digits, running sums, final line).
+    accuracy, its errors miscounted terms across three blocks), prompt
+    ``Q:`` + 6 coefficient slots + ``=`` (16 at block 8).  math: 3..min(b, 12)
+    digits, one block per list, so answers take 3 blocks (digits, running
+    sums, final line).
     """
     _check_task(task)
     if block_size < 4:
@@ -134,8 +138,7 @@ def _dirichlet_counts(rng: random.Random, kinds: list[str], n: int) -> Counter:
 def _draw_code(rng: random.Random, sp: Spec) -> dict:
     while True:
         n = rng.randint(sp.n_min, sp.n_max)
-        active = rng.sample(CODE_VARIABLES, CODE_ACTIVE_KINDS)
-        counts = _dirichlet_counts(rng, active, n)
+        counts = _dirichlet_counts(rng, list(CODE_VARIABLES), n)
         if max(counts.values()) <= CODE_MAX_COEF:
             break
     coefs = {v: counts.get(v, 0) for v in CODE_VARIABLES}
@@ -225,8 +228,13 @@ def generate(task: str, split: str, n: int, seed: int, block_size: int) -> list[
         attempts += 1
         if attempts > max_attempts:
             if not unique:
-                raise RuntimeError("could not draw enough problems")  # pragma: no cover
-            unique = False  # space exhausted: allow repeats rather than fail
+                raise RuntimeError(f"could not draw {n} problems of {task}/{split}")  # pragma: no cover
+            warnings.warn(
+                f"{task}/{split} at block {block_size} holds only {len(out)} distinct problems; "
+                f"the other {n - len(out)} repeat them",
+                stacklevel=2,
+            )
+            unique, attempts = False, 0  # space exhausted: allow repeats rather than fail
         d = draw(rng, sp)
         if split_of_key(d["key"]) != split:
             continue
