@@ -62,7 +62,7 @@ def _kernel_module(name: str):
     except Exception as exc:  # pragma: no cover - triton missing
         pytest.skip(f"triton not importable: {exc}")
     mod = importlib.import_module(f"mrp_repro.kernels.{name}")
-    probe = "_confidence_partial_kernel" if name == "confidence" else "_residual_kl_fwd_kernel"
+    probe = "_confidence_partial_kernel" if name == "triton_confidence" else "_residual_kl_fwd_kernel"
     if not isinstance(getattr(mod, probe), InterpretedFunction):
         mod = importlib.reload(mod)
     return mod
@@ -70,13 +70,13 @@ def _kernel_module(name: str):
 
 @pytest.fixture(scope="module")
 def K():
-    return _kernel_module("confidence")
+    return _kernel_module("triton_confidence")
 
 
 @pytest.fixture(scope="module")
 def KL():
-    _kernel_module("confidence")
-    return _kernel_module("residual_kl")
+    _kernel_module("triton_confidence")
+    return _kernel_module("triton_residual_kl")
 
 
 def _close(a, b, **tol):

@@ -25,23 +25,3 @@ __all__ = [
     "ENV_VAR",
 ]
 
-
-# The submodules ``confidence.py`` and ``residual_kl.py`` share their names with
-# the public functions. Importing a submodule makes Python set it as an
-# attribute of this package, which would shadow the dispatch functions. Keep
-# the functions: reach the Triton modules with
-# ``importlib.import_module("mrp_repro.kernels.confidence")`` (or sys.modules).
-import sys as _sys
-import types as _types
-
-
-class _KernelsPackage(_types.ModuleType):
-    _PROTECTED = ("confidence", "residual_kl")
-
-    def __setattr__(self, name, value):
-        if name in self._PROTECTED and isinstance(value, _types.ModuleType):
-            return  # keep the dispatch function; the module stays in sys.modules
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _KernelsPackage

@@ -47,8 +47,8 @@ CPU_NOTE = "cpu: reference only"
 
 
 def _triton_modules():
-    conf = importlib.import_module("mrp_repro.kernels.confidence")
-    kl = importlib.import_module("mrp_repro.kernels.residual_kl")
+    conf = importlib.import_module("mrp_repro.kernels.triton_confidence")
+    kl = importlib.import_module("mrp_repro.kernels.triton_residual_kl")
     return conf, kl
 
 

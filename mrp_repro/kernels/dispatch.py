@@ -48,8 +48,8 @@ def triton_available() -> tuple[bool, str]:
     global _triton_state
     if _triton_state is None:
         try:
-            importlib.import_module(".confidence", __package__)
-            importlib.import_module(".residual_kl", __package__)
+            importlib.import_module(".triton_confidence", __package__)
+            importlib.import_module(".triton_residual_kl", __package__)
             _triton_state = (True, "triton imports")
         except Exception as exc:  # ImportError, or a broken triton install
             _triton_state = (False, f"triton unavailable ({type(exc).__name__}: {exc})")
@@ -103,7 +103,7 @@ def confidence(logits: torch.Tensor, return_entropy: bool = False) -> Confidence
     argmax ties resolve to the lowest index; no [N, V] softmax on the Triton path.
     """
     if _choose("confidence", logits) == "triton":
-        from .confidence import confidence as _k
+        from .triton_confidence import confidence as _k
 
         return _k(logits, return_entropy)
     return _ref.confidence_ref(logits, return_entropy)
@@ -119,7 +119,7 @@ def residual_confidence(
     """Confidence of Z = A + scale*C plus, for given tokens, C[row, tok],
     log_softmax(Z)[row, tok] and log_softmax(A)[row, tok] (see ResidualConfidenceOut)."""
     if _choose("residual_confidence", A) == "triton":
-        from .confidence import residual_confidence as _k
+        from .triton_confidence import residual_confidence as _k
 
         return _k(A, C, scale, tokens, return_entropy)
     return _ref.residual_confidence_ref(A, C, scale, tokens, return_entropy)
@@ -128,7 +128,7 @@ def residual_confidence(
 def residual_kl(A: torch.Tensor, C: torch.Tensor, B: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Per-row KL(softmax(B) || softmax(A + scale*C)), fp32 [N], differentiable in C only."""
     if _choose("residual_kl", C) == "triton":
-        from .residual_kl import residual_kl as _k
+        from .triton_residual_kl import residual_kl as _k
 
         return _k(A, C, B, scale)
     return _ref.residual_kl_ref(A, C, B, scale)

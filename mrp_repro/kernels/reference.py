@@ -1,7 +1,7 @@
 """PyTorch reference implementations of the decoding / training hot-path kernels.
 
-These are the ground truth for the Triton kernels in ``confidence.py`` and
-``residual_kl.py`` and the fallback the dispatcher uses on CPU. They
+These are the ground truth for the Triton kernels in ``triton_confidence.py`` and
+``triton_residual_kl.py`` and the fallback the dispatcher uses on CPU. They
 materialise ``[N, V]`` intermediates (that is what the Triton kernels avoid),
 but all math is done in float32 (or float64 when the inputs are float64, which
 ``torch.autograd.gradcheck`` needs).

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .confidence import _SUPPORTED, check_device
+from .triton_confidence import _SUPPORTED, check_device
 
 __all__ = ["residual_kl", "ResidualKLFunction"]
 
