@@ -19,6 +19,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from mrp_repro.errors import UserError
 from mrp_repro.model import ModelConfig, SDARModel
 
 SUPPORTED_MODEL_TYPES = ("sdar", "qwen3")
@@ -27,8 +28,21 @@ SUPPORTED_MODEL_TYPES = ("sdar", "qwen3")
 FOREIGN_PREFIXES = ("mrp_modules.",)
 
 
-class CheckpointError(ValueError):
-    pass
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that cannot be used as it is (missing, truncated, foreign); the message names the fix."""
+
+
+def default_fix(path: Path) -> str:
+    """How to replace an unreadable weights file: a hub-cache file is fetched again once deleted (the
+    cache entry is a symlink to a blob: delete both); a local directory is restored from its source."""
+    p = Path(path)
+    if p.is_symlink() or "models--" in str(p):
+        blob = f" and the blob it points to ({p.resolve()})" if p.is_symlink() else ""
+        return f"delete {p}{blob} and rerun: the hub download fetches what is missing"
+    return (
+        f"restore {p.name} from where this checkpoint came from (huggingface-cli download <repo> "
+        f"--local-dir {p.parent}) or re-save it with checkpoint.save_backbone"
+    )
 
 
 def config_from_hub_json(cfg: dict) -> ModelConfig:
@@ -135,17 +149,26 @@ def _safetensor_files(ckpt: Path) -> list[Path]:
     return files
 
 
-def read_state_dict(ckpt: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(f: Path, fix: str | None = None) -> dict[str, torch.Tensor]:
+    """Every tensor of one safetensors file; a truncated or corrupt file is a CheckpointError naming
+    the file and `fix` (default: `default_fix`)."""
+    try:
+        out = {}
+        with safe_open(str(f), framework="pt") as fh:
+            for k in fh.keys():
+                out[k] = fh.get_tensor(k)
+        return out
+    except Exception as e:  # SafetensorError (truncated header/data), OSError
+        why = " ".join(str(e).split())
+        raise CheckpointError(
+            f"{f} is truncated or unreadable ({type(e).__name__}: {why}); {fix or default_fix(f)}"
+        ) from e
+
+
+def read_state_dict(ckpt: Path, fix: str | None = None) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for f in _safetensor_files(ckpt):
-        try:
-            with safe_open(str(f), framework="pt") as fh:
-                for k in fh.keys():
-                    tensors[k] = fh.get_tensor(k)
-        except Exception as e:
-            raise CheckpointError(
-                f"{f}: unreadable safetensors shard ({e}); re-download or re-save it"
-            ) from e
+        tensors.update(read_safetensors(f, fix))
     return tensors
 
 
@@ -154,14 +177,20 @@ def load_backbone(
     revision: str | None = None,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
+    fix: str | None = None,
 ) -> SDARModel:
+    """fix: what an error about an unreadable weights file tells the user to do (callers that know
+    how the checkpoint was made say it, e.g. the backbone training command)."""
     ckpt = resolve_checkpoint_dir(name_or_path, revision)
     cfg_path = ckpt / "config.json"
     if not cfg_path.exists():
-        raise CheckpointError(f"{ckpt}: no config.json")
-    hub_cfg = json.loads(cfg_path.read_text())
+        raise CheckpointError(f"{ckpt}: no config.json; {fix or default_fix(cfg_path)}")
+    try:
+        hub_cfg = json.loads(cfg_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{cfg_path} is unreadable ({e}); {fix or default_fix(cfg_path)}") from e
     cfg = config_from_hub_json(hub_cfg)
-    tensors = read_state_dict(ckpt)
+    tensors = read_state_dict(ckpt, fix)
     wmap = hub_weight_map(cfg)
     if "lm_head.weight" not in tensors and hub_cfg.get("tie_word_embeddings"):
         tensors["lm_head.weight"] = tensors.get("model.embed_tokens.weight")
@@ -169,15 +198,11 @@ def load_backbone(
         model = SDARModel(cfg)
     expected = dict(model.state_dict())
     missing = [hub for ours, hub in wmap.items() if hub not in tensors or tensors[hub] is None]
-    unexpected = sorted(
-        k for k in tensors if k not in set(wmap.values()) and not k.startswith(FOREIGN_PREFIXES)
-    )
+    unexpected = sorted(k for k in tensors if k not in set(wmap.values()) and not k.startswith(FOREIGN_PREFIXES))
     wrong = [
         f"{hub}: checkpoint {tuple(tensors[hub].shape)} vs model {tuple(expected[ours].shape)}"
         for ours, hub in wmap.items()
-        if hub in tensors
-        and tensors[hub] is not None
-        and tuple(tensors[hub].shape) != tuple(expected[ours].shape)
+        if hub in tensors and tensors[hub] is not None and tuple(tensors[hub].shape) != tuple(expected[ours].shape)
     ]
     if missing or unexpected or wrong:
         parts = []
@@ -202,5 +227,7 @@ def save_backbone(model: SDARModel, out_dir: str | os.PathLike, extra_config: di
     tmp = out / "model.safetensors.tmp"
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     os.replace(tmp, out / "model.safetensors")
-    (out / "config.json").write_text(json.dumps(config_to_hub_json(model.config, extra_config), indent=2))
+    tmp_cfg = out / ".config.json.tmp"  # atomic, like the weights: a killed save leaves no half file
+    tmp_cfg.write_text(json.dumps(config_to_hub_json(model.config, extra_config), indent=2))
+    os.replace(tmp_cfg, out / "config.json")
     return out

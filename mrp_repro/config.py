@@ -29,6 +29,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from mrp_repro.errors import UserError
+
 __all__ = [
     "ConfigError",
     "Profile",
@@ -48,8 +50,8 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A profile that does not match the schema (a ValueError)."""
+class ConfigError(UserError, ValueError):
+    """A profile that does not match the schema (a ValueError; a UserError, so CLIs print it as one line)."""
 
 
 # ----------------------------------------------------------------------------- paths

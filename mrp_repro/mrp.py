@@ -25,11 +25,17 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from mrp_repro.checkpoint import CheckpointError, read_safetensors
+from mrp_repro.errors import UserError
 from mrp_repro.model import DecoderLayer, KVCache, ModelConfig, RMSNorm, block_causal_mask, rope_cos_sin
 
 OBJECTIVES = ("residual", "direct")
+
+
+class HeadNotFoundError(UserError, FileNotFoundError):
+    """No trained MRP head at a path (a FileNotFoundError, as before; a UserError for the CLIs)."""
 
 
 class MRPHead(nn.Module):
@@ -141,6 +147,9 @@ PREFIX = "mrp_modules.0.model."
 
 
 def save_head(head: MRPHead, out_dir: str | os.PathLike, extra: dict | None = None) -> Path:
+    """mrp.safetensors + mrp_config.json in out_dir, each written to a temporary file and renamed.
+    extra: recorded in mrp_config.json; `backbone_hash` (trajectories.model_fingerprint of the backbone
+    it was trained on) is what load_head checks, `rerun` the command that rewrites the head."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {PREFIX + k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
@@ -153,26 +162,62 @@ def save_head(head: MRPHead, out_dir: str | os.PathLike, extra: dict | None = No
         "backbone": head.config.to_dict(),
         **(extra or {}),
     }
-    (out / "mrp_config.json").write_text(json.dumps(meta, indent=2))
+    tmp_meta = out / ".mrp_config.json.tmp"
+    tmp_meta.write_text(json.dumps(meta, indent=2))
+    os.replace(tmp_meta, out / "mrp_config.json")
     return out
 
 
-def load_head(path: str | os.PathLike, backbone_cfg: ModelConfig, device="cpu", dtype=torch.float32) -> MRPHead:
+def load_head(
+    path: str | os.PathLike,
+    backbone_cfg: ModelConfig,
+    device="cpu",
+    dtype=torch.float32,
+    *,
+    backbone_hash: str | None = None,
+    allow_backbone_mismatch: bool = False,
+) -> MRPHead:
+    """The head saved in `path` (save_head's layout), for a backbone of config `backbone_cfg`.
+
+    backbone_hash: the fingerprint (trajectories.model_fingerprint) of the backbone the head is loaded
+    on. Given, a head whose recorded backbone_hash differs -- or that records none -- is refused with a
+    CheckpointError naming both, even when the shapes match: a head only predicts the residuals of the
+    backbone it was trained on. allow_backbone_mismatch=True loads it anyway (e.g. a head deliberately
+    moved to a fine-tuned backbone). Without backbone_hash only the shapes are checked, as before."""
     path = Path(path)
     meta_path, weights = path / "mrp_config.json", path / "mrp.safetensors"
     if not meta_path.exists() or not weights.exists():
-        raise FileNotFoundError(
-            f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first"
+        raise HeadNotFoundError(
+            f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first "
+            "(python -m mrp_repro.train_mrp --profile <profile>)"
         )
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(
+            f"{meta_path} is unreadable ({e}); delete {path} and rerun python -m mrp_repro.train_mrp "
+            "--profile <profile>"
+        ) from e
+    rerun = meta.get("rerun") or "python -m mrp_repro.train_mrp --profile <profile>"
     saved_cfg = ModelConfig(**meta["backbone"])
     if saved_cfg != backbone_cfg:
-        raise ValueError(f"{path}: this head was trained for backbone {saved_cfg}, not {backbone_cfg}")
+        raise CheckpointError(f"{path}: this head was trained for backbone {saved_cfg}, not {backbone_cfg}")
+    recorded = meta.get("backbone_hash")
+    if backbone_hash is not None and recorded != backbone_hash and not allow_backbone_mismatch:
+        raise CheckpointError(
+            f"{path}: this head was trained on backbone {recorded or '<not recorded>'}, but the backbone it "
+            f"is loaded on is {backbone_hash} (same shapes, other weights); train a head for this backbone "
+            f"({rerun}) or pass allow_backbone_mismatch=True to load it anyway"
+        )
     head = MRPHead(backbone_cfg, meta["num_mrp_layers"], meta["objective"])
-    state = {k.removeprefix(PREFIX): v for k, v in load_file(str(weights)).items() if k.startswith(PREFIX)}
+    raw = read_safetensors(weights, fix=f"delete it and rerun {rerun} (it rewrites the head)")
+    state = {k.removeprefix(PREFIX): v for k, v in raw.items() if k.startswith(PREFIX)}
     missing, unexpected = head.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path}: head weights do not match: missing {missing}, unexpected {unexpected}")
+        raise CheckpointError(
+            f"{path}: head weights do not match: missing {missing}, unexpected {unexpected}; "
+            f"delete {weights} and rerun {rerun}"
+        )
     return head.to(device=device, dtype=dtype).eval()
 
 

@@ -65,6 +65,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from mrp_repro.errors import UserError
 from mrp_repro.runtime import write_json_atomic
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "FORMAT_VERSION",
     "DEFAULT_CHAIN_STEPS",
     "TrajectoryError",
+    "TrajectoriesNotFound",
     "model_fingerprint",
     "collect",
     "load_trajectories",
@@ -86,8 +88,15 @@ DEFAULT_CHAIN_STEPS = 3
 GT_T_MIN = 1e-3
 
 
-class TrajectoryError(RuntimeError):
+class TrajectoryError(UserError, RuntimeError):
     """A trajectory directory that cannot be used as it is (corrupt shard, other backbone/profile)."""
+
+
+class TrajectoriesNotFound(TrajectoryError, FileNotFoundError):
+    """No manifest.json in a directory (a FileNotFoundError, as before)."""
+
+
+DEFAULT_RERUN = "the collection (collect / collect_for_profile, or python -m mrp_repro.train_mrp --profile <profile>)"
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -408,8 +417,18 @@ def _write_shard(rows: list[dict], path: Path) -> None:
 def read_manifest(out_dir: str | os.PathLike) -> dict:
     path = Path(out_dir) / "manifest.json"
     if not path.exists():
-        raise FileNotFoundError(f"{out_dir}: no trajectories here (no manifest.json); collect them first")
-    return json.loads(path.read_text())
+        raise TrajectoriesNotFound(f"{out_dir}: no trajectories here (no manifest.json); collect them first")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        # Written atomically, so this is outside damage; without it no shard can be trusted.
+        raise TrajectoryError(
+            f"{path} is unreadable ({e}); delete the directory {Path(out_dir)} and rerun {DEFAULT_RERUN}"
+        ) from e
+
+
+def _rerun(manifest: dict) -> str:
+    return manifest.get("rerun") or DEFAULT_RERUN
 
 
 def _check_settings(manifest: dict, settings: dict, out_dir: Path) -> None:
@@ -423,19 +442,30 @@ def _check_settings(manifest: dict, settings: dict, out_dir: Path) -> None:
         )
 
 
-def _verify_shard(out_dir: Path, entry: dict) -> None:
+def _shard_problem(out_dir: Path, entry: dict, full: bool) -> str | None:
+    """Why a listed shard cannot be used (None if it can). full=False checks existence and size only
+    (a stat); full=True also the sha256 (reads the file)."""
     path = out_dir / entry["file"]
     if not path.exists():
-        raise TrajectoryError(
-            f"shard {path} is listed in the manifest but missing; rerun the collection "
-            f"(it resumes and rewrites only the missing shards)"
-        )
-    sha = _sha256_file(path)
-    if sha != entry["sha256"]:
-        raise TrajectoryError(
-            f"shard {path} is corrupted (sha256 {sha[:12]}... != manifest {entry['sha256'][:12]}...): "
-            f"delete {path.name} and rerun the collection (it resumes and rewrites only that shard)"
-        )
+        return "is listed in the manifest but missing"
+    size = path.stat().st_size
+    if entry.get("bytes") is not None and size != entry["bytes"]:
+        return f"is truncated or overwritten ({size} bytes, manifest {entry['bytes']})"
+    if full:
+        sha = _sha256_file(path)
+        if sha != entry["sha256"]:
+            return f"is corrupted (sha256 {sha[:12]}... != manifest {entry['sha256'][:12]}...)"
+    return None
+
+
+def _verify_shard(out_dir: Path, entry: dict, rerun: str = DEFAULT_RERUN, full: bool = True) -> None:
+    problem = _shard_problem(out_dir, entry, full)
+    if problem is None:
+        return
+    path = out_dir / entry["file"]
+    if "missing" in problem:
+        raise TrajectoryError(f"shard {path} {problem}; rerun {rerun}: it rewrites only the missing shards")
+    raise TrajectoryError(f"shard {path} {problem}: delete {path.name} and rerun {rerun}: it rewrites only that shard")
 
 
 def collect(
@@ -457,11 +487,14 @@ def collect(
     batch_size: int = 32,
     profile_hash: str | None = None,
     hook: Callable[[int, int], None] | None = None,
+    rerun: str | None = None,
 ) -> Path:
     """Collect trajectories of `source` into `out_dir`; returns the manifest path.
 
     `hook(example, block)` is called inside the loop (tests use it to interrupt a run).
-    Resumes a killed run: shards already in the manifest are verified (sha256) and skipped."""
+    Resumes a killed run, and repairs a damaged one: shards in the manifest are verified (size and
+    sha256) and kept; missing, truncated or corrupted ones are collected again (same seeds, so the
+    same rows). rerun: the command that reruns this collection, quoted by later error messages."""
     if source not in SOURCES:
         raise ValueError(f"source {source!r}: choose one of {SOURCES}")
     if chain_steps < 1:
@@ -487,14 +520,24 @@ def collect(
     )
     mpath = out / "manifest.json"
     if mpath.exists():
-        manifest = json.loads(mpath.read_text())
+        manifest = read_manifest(out)
         _check_settings(manifest, settings, out)
-        manifest["shards"] = [e for e in manifest["shards"] if (out / e["file"]).exists()]  # deleted: redo
-        manifest["complete"] = False
+        keep = []
         for e in manifest["shards"]:
-            _verify_shard(out, e)
+            problem = _shard_problem(out, e, full=True)  # a resume reads every kept shard once: affordable
+            if problem is None:
+                keep.append(e)
+            else:
+                import sys
+
+                print(f"trajectories: shard {out / e['file']} {problem}; collecting it again", file=sys.stderr)
+        manifest["shards"] = keep
+        manifest["complete"] = False
+        if rerun:
+            manifest["rerun"] = rerun
+        write_json_atomic(mpath, manifest)  # before any rewrite: the manifest never lists a shard being redone
     else:
-        manifest = {**settings, "shards": [], "complete": False}
+        manifest = {**settings, "shards": [], "complete": False, **({"rerun": rerun} if rerun else {})}
         write_json_atomic(mpath, manifest)
     n_shards = -(-len(examples) // shard_size)
     done = {e["index"] for e in manifest["shards"]}
@@ -536,7 +579,16 @@ def collect(
             _write_shard(rows, out / name)
             manifest["shards"] = sorted(
                 [e for e in manifest["shards"] if e["index"] != i]
-                + [dict(index=i, file=name, rows=len(rows), examples=[lo, hi], sha256=_sha256_file(out / name))],
+                + [
+                    dict(
+                        index=i,
+                        file=name,
+                        rows=len(rows),
+                        examples=[lo, hi],
+                        bytes=(out / name).stat().st_size,
+                        sha256=_sha256_file(out / name),
+                    )
+                ],
                 key=lambda e: e["index"],
             )
             write_json_atomic(mpath, manifest)
@@ -563,13 +615,19 @@ def load_trajectories(out_dir: str | os.PathLike, verify: bool = True, expect: d
     manifest = read_manifest(out)
     if expect:
         _check_settings(manifest, expect, out)
+    rerun = _rerun(manifest)
     if not manifest.get("complete"):
-        raise TrajectoryError(f"{out}: the collection is unfinished; rerun it to resume")
+        raise TrajectoryError(f"{out}: the collection is unfinished; rerun {rerun} to resume it")
     tables = []
     for e in manifest["shards"]:
-        if verify:
-            _verify_shard(out, e)
-        tables.append(pq.read_table(out / e["file"], schema=_SCHEMA))
+        _verify_shard(out, e, rerun, full=verify)  # verify=False still stats: a missing shard is named
+        try:
+            tables.append(pq.read_table(out / e["file"], schema=_SCHEMA))
+        except (OSError, pa.ArrowException) as err:  # only reachable with verify=False or a racing writer
+            raise TrajectoryError(
+                f"shard {out / e['file']} is unreadable ({type(err).__name__}: {err}): delete {e['file']} and "
+                f"rerun {rerun}: it rewrites only that shard"
+            ) from err
     table = pa.concat_tables(tables) if tables else _SCHEMA.empty_table()
     ds = datasets.Dataset(datasets.table.InMemoryTable(table))
     ds.info.description = json.dumps({k: v for k, v in manifest.items() if k != "shards"})
@@ -616,8 +674,16 @@ def collect_for_profile(profile, backbone, source: str | None = None, progress: 
         source = ts if isinstance(ts, str) else ts[0]
     out = trajectories_dir(profile, backbone, source)
     mpath = out / "manifest.json"
-    if mpath.exists() and json.loads(mpath.read_text()).get("complete"):
-        return mpath
+    rerun = f"python -m mrp_repro.train_mrp --profile {profile.name} (or notebook 02)"
+    if mpath.exists():
+        manifest = read_manifest(out)
+        # Reuse checks every listed shard with a stat (exists, recorded size), not its sha256: the
+        # consumer, load_trajectories, hashes every shard on load anyway (and names the file and the
+        # fix), so hashing here too would read GBs twice on an SDAR profile for nothing. A missing or
+        # truncated shard -- the usual damage, and what the error messages ask the user to delete --
+        # is caught here and falls through to `collect`, which redoes only the bad shards.
+        if manifest.get("complete") and all(_shard_problem(out, e, full=False) is None for e in manifest["shards"]):
+            return mpath
     return collect(
         backbone.model,
         backbone.mask_id,
@@ -634,4 +700,5 @@ def collect_for_profile(profile, backbone, source: str | None = None, progress: 
         max_new_tokens=profile.decoding.max_new_tokens,
         batch_size=profile.decoding.batch_size,
         profile_hash=profile.section_hash("trajectories", "data"),
+        rerun=rerun,
     )

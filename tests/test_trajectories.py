@@ -132,22 +132,40 @@ def test_self_rows_follow_static_decoding(tmp_path):
 
 def test_corrupted_shard_is_named(tmp_path):
     model = tiny_model()
+    run(model, examples(8), "gt", tmp_path / "full")
+    run(model, examples(8), "gt", tmp_path / "bad")
+    shard = tmp_path / "bad" / "shard-00001.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only the sha256 sees it
+    shard.write_bytes(bytes(data))
+    with pytest.raises(TrajectoryError, match="shard-00001.parquet is corrupted.*delete shard-00001.parquet and rerun"):
+        load_trajectories(tmp_path / "bad")
+    shard.unlink()  # the advice: delete it and rerun
+    with pytest.raises(TrajectoryError, match="missing; rerun"):
+        load_trajectories(tmp_path / "bad")
+    run(model, examples(8), "gt", tmp_path / "bad")
+    assert load_trajectories(tmp_path / "bad").data.table.equals(load_trajectories(tmp_path / "full").data.table)
+
+
+def test_rerun_repairs_a_corrupted_shard_without_deleting_it(tmp_path):
+    """Re-running the collection redoes a corrupted shard by itself (resume hashes every kept shard)."""
+    model = tiny_model()
     run(model, examples(8), "gt", tmp_path)
+    want = load_trajectories(tmp_path).data.table
     shard = tmp_path / "shard-00001.parquet"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    with pytest.raises(TrajectoryError, match="shard-00001.parquet.*corrupted.*delete"):
-        load_trajectories(tmp_path)
-    with pytest.raises(TrajectoryError, match="shard-00001.parquet"):
-        run(model, examples(8), "gt", tmp_path)
-    full = tmp_path.parent / "full"
-    run(model, examples(8), "gt", full)
-    shard.unlink()  # the advice works: delete it and rerun
-    with pytest.raises(TrajectoryError, match="missing"):
-        load_trajectories(tmp_path)
     run(model, examples(8), "gt", tmp_path)
-    assert load_trajectories(tmp_path).data.table.equals(load_trajectories(full).data.table)
+    assert load_trajectories(tmp_path).data.table.equals(want)
+
+
+def test_truncated_shard_with_verify_off_is_named(tmp_path):
+    run(tiny_model(), examples(8), "gt", tmp_path)
+    shard = tmp_path / "shard-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(TrajectoryError, match="shard-00000.parquet is truncated.*delete shard-00000.parquet"):
+        load_trajectories(tmp_path, verify=False)
 
 
 def test_mismatched_manifest(tmp_path):

@@ -1,0 +1,79 @@
+"""Run a command-line entry point: user errors as one line, `--debug` for the traceback.
+
+    if __name__ == "__main__":
+        run_cli(main)          # python -m mrp_repro.<module> [args] [--debug]
+
+`run_cli(main, argv=None)` calls `main(argv)` (argv defaults to sys.argv[1:]). A user error
+(`mrp_repro.errors.UserError` and its subclasses ConfigError, CheckpointError, TrajectoryError,
+HeadNotFoundError; also `tasks.benchmarks.BenchmarkDataUnavailable`) is printed to stderr as
+
+    error: <message> (run with --debug for the traceback)
+
+on one line, and the process exits with status 2 (argparse's status for bad arguments). With
+`--debug` anywhere in argv the flag is removed and the exception propagates with its traceback.
+An int returned by `main` other than 0 becomes the exit status.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from mrp_repro.errors import UserError
+
+__all__ = ["run_cli", "load_profile_arg", "user_error_types", "format_user_error", "EXIT_USER_ERROR"]
+
+EXIT_USER_ERROR = 2
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """UserError, plus BenchmarkDataUnavailable (defined in tasks/benchmarks.py as a RuntimeError: a
+    missing data file is fixed by the user, not the code). Imported lazily: the benchmarks module
+    pulls in optional dependencies that a CLI failing on its profile should not need."""
+    types: list[type[BaseException]] = [UserError]
+    try:
+        from mrp_repro.tasks.benchmarks import BenchmarkDataUnavailable
+    except Exception:  # an import problem there is not this error's business
+        pass
+    else:
+        if not issubclass(BenchmarkDataUnavailable, UserError):
+            types.append(BenchmarkDataUnavailable)
+    return tuple(types)
+
+
+def format_user_error(e: BaseException) -> str:
+    """`error: <message> (run with --debug for the traceback)`, the message folded onto one line."""
+    msg = " ".join(str(e).split()) or type(e).__name__
+    return f"error: {msg} (run with --debug for the traceback)"
+
+
+def run_cli(main: Callable[[list[str] | None], object], argv: Sequence[str] | None = None):
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in args:
+        return _exit_status(main([a for a in args if a != "--debug"]))
+    try:
+        rc = main(args)
+    except user_error_types() as e:
+        print(format_user_error(e), file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR) from None
+    return _exit_status(rc)
+
+
+def _exit_status(rc):
+    if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:
+        raise SystemExit(rc)
+    return rc
+
+
+def load_profile_arg(name_or_path: str, overrides: dict | None = None):
+    """`config.load_profile` for a --profile argument: an unknown name or a missing file (a plain
+    ValueError in config._resolve) becomes a ConfigError, so run_cli prints it as one line naming the
+    valid profiles."""
+    from mrp_repro.config import ConfigError, load_profile
+
+    try:
+        return load_profile(name_or_path, overrides)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
