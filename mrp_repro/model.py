@@ -10,8 +10,17 @@ Attention paths, all through `SDARModel.forward` with an explicit boolean mask:
   (a) `prefill`            whole blocks, block-causal, writes the KV cache
   (b) `forward_block`      the current block, reads the cache, does not write it
   (c) `commit_block`       a finished block, written into the cache
-  (d) `forward_candidates` M candidate copies of one block packed in one call;
-                           each copy sees the cache and itself, shared positions
+  (d) `forward_candidates` M candidate states of one block in one verify, by one of VERIFY_PATHS:
+        "fold"   the M candidates folded into the batch (B*M rows over the shared cache, expanded,
+                 not copied): each row runs exactly forward_block's shapes and reduction order, so
+                 its logits are bitwise those of forward_block wherever the kernels are
+                 batch-size invariant (measured: CPU, torch 2.13, bf16 and fp32);
+        "loop"   one forward_block per candidate at batch B: bitwise equal by construction, M calls;
+        "packed" the M copies side by side along the sequence with a block-diagonal mask: one call,
+                 but a different attention length, hence different rounding (bf16: up to ~0.08 in
+                 the logits, enough to flip near-ties; fp32: ~6e-6);
+        "exact"  (default) "fold" on CPU, "loop" elsewhere until `python -m
+                 mrp_repro.decoding.mismatch --device cuda` shows "fold" is exact there too.
 
 Rows of a batch are left-padded by whole blocks; pad keys are never attended to
 (`KVCache.valid`), so a row's output does not depend on its batch neighbours.
@@ -43,9 +52,7 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"
-            )
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,9 +87,7 @@ class RMSNorm(nn.Module):
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
     """positions (B, T) -> cos, sin (B, 1, T, head_dim), Qwen3's rotate-half layout."""
-    inv_freq = 1.0 / (
-        theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
-    )
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     freqs = positions.float()[..., None] * inv_freq  # (B, T, D/2)
     emb = torch.cat([freqs, freqs], dim=-1)  # (B, T, D)
     return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
@@ -108,8 +113,9 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor] | None):
-        """x (B, T, H); mask (B, 1, T, S_past + T) bool; past k, v (B, nkv, S_past, hd).
+    def forward(self, x, cos, sin, mask, past: tuple[torch.Tensor, torch.Tensor] | None, fold: int = 1):
+        """x (B, T, H); mask (B, 1, T, S_past + T) bool; past k, v (B // fold, nkv, S_past, hd):
+        input row i reads past row i // fold (fold > 1: candidates folded into the batch).
 
         Returns the output (B, T, H) and this call's new k, v (B, nkv, T, hd)."""
         B, T, _ = x.shape
@@ -117,7 +123,17 @@ class Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(B, T, self.nkv, self.hd)).transpose(1, 2)  # (B, nkv, T, hd)
         v = self.v_proj(x).view(B, T, self.nkv, self.hd).transpose(1, 2)  # (B, nkv, T, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        k_all, v_all = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        if past is None:
+            k_all, v_all = k, v
+        elif fold == 1:
+            k_all, v_all = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+        else:
+            # The cache is broadcast (a stride-0 view), and the one copy is the concat every block
+            # forward makes anyway: each row gets the same contiguous (nkv, S_past + T, hd) layout.
+            k_all, v_all = (
+                torch.cat([p[:, None].expand(-1, fold, -1, -1, -1), n.view(-1, fold, *n.shape[1:])], 3).flatten(0, 1)
+                for p, n in ((past[0], k), (past[1], v))
+            )
         y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=self.nh != self.nkv)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.hd)), (k, v)
 
@@ -143,8 +159,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, mask, past=None):
-        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+    def forward(self, x, cos, sin, mask, past=None, fold: int = 1):
+        a, kv = self.self_attn(self.input_layernorm(x), cos, sin, mask, past, fold)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -161,12 +177,8 @@ class KVCache:
         self.length = 0
 
     @classmethod
-    def for_model(
-        cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None
-    ):
-        return cls(
-            num_layers or cfg.num_layers, batch, cfg.num_kv_heads, cfg.head_dim, capacity, device, dtype
-        )
+    def for_model(cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None):
+        return cls(num_layers or cfg.num_layers, batch, cfg.num_kv_heads, cfg.head_dim, capacity, device, dtype)
 
     def past(self, layer: int):
         return self.k[layer, :, :, : self.length], self.v[layer, :, :, : self.length]
@@ -239,45 +251,45 @@ class SDARModel(nn.Module):
         cache: KVCache | None = None,
         write_cache: bool = False,
         key_valid: torch.Tensor | None = None,  # (B, T): which new keys are real, when writing
+        fold: int = 1,  # > 1: input row i reads cache row i // fold (read-only)
     ) -> ModelOutput:
+        if fold > 1 and write_cache:
+            raise ValueError("a folded forward reads the cache; it cannot write it (use fold=1)")
         x = self.embed_tokens(input_ids)  # (B, T, H)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
         for i, layer in enumerate(self.layers):
-            x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None)
+            x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None, fold)
             if write_cache:
                 cache.write(i, k, v)
         if write_cache:
-            cache.advance(
-                key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
-            )
+            cache.advance(key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool))
         hidden = self.norm(x)
         return ModelOutput(self.lm_head(hidden), hidden)
 
     # -- the four attention paths -------------------------------------------------------------
-    def _cache_keys(self, cache: KVCache | None, B: int, T: int, device) -> torch.Tensor:
-        """(B, 1, T, S_past) visibility of committed cache slots."""
+    def _cache_keys(self, cache: KVCache | None, B: int, T: int, device, fold: int = 1) -> torch.Tensor:
+        """(B, 1, T, S_past) visibility of committed cache slots; row i sees cache row i // fold."""
         if cache is None or cache.length == 0:
             return torch.zeros(B, 1, T, 0, dtype=torch.bool, device=device)
-        return cache.valid[:, None, None, : cache.length].expand(B, 1, T, cache.length)
+        valid = cache.valid[:, : cache.length]
+        if fold > 1:
+            valid = valid[:, None].expand(-1, fold, -1).flatten(0, 1)
+        return valid[:, None, None, :].expand(B, 1, T, cache.length)
 
     def prefill(self, input_ids, position_ids, key_valid, cache: KVCache, block_size: int) -> ModelOutput:
         """(a) whole blocks, block-causal among themselves, after whatever the cache holds."""
         B, T = input_ids.shape
         if T % block_size:
-            raise ValueError(
-                f"prefill takes whole blocks: length {T} is not a multiple of block {block_size}"
-            )
+            raise ValueError(f"prefill takes whole blocks: length {T} is not a multiple of block {block_size}")
         mask = torch.cat(
             [self._cache_keys(cache, B, T, input_ids.device), block_causal_mask(key_valid, block_size)], -1
         )
         return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid)
 
-    def _block_mask(self, cache, key_valid):
+    def _block_mask(self, cache, key_valid, fold: int = 1):
         B, L = key_valid.shape
-        own = key_valid[:, None, None, :].expand(B, 1, L, L) | torch.eye(
-            L, dtype=torch.bool, device=key_valid.device
-        )
-        return torch.cat([self._cache_keys(cache, B, L, key_valid.device), own], -1)
+        own = key_valid[:, None, None, :].expand(B, 1, L, L) | torch.eye(L, dtype=torch.bool, device=key_valid.device)
+        return torch.cat([self._cache_keys(cache, B, L, key_valid.device, fold), own], -1)
 
     def forward_block(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
         """(b) the current block, bidirectional inside, reading (not writing) the cache."""
@@ -287,27 +299,46 @@ class SDARModel(nn.Module):
     def commit_block(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
         """(c) a finished block: same attention as (b), and its K/V are written into the cache."""
         kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
-        return self(
-            input_ids, position_ids, self._block_mask(cache, kv), cache, write_cache=True, key_valid=kv
-        )
+        return self(input_ids, position_ids, self._block_mask(cache, kv), cache, write_cache=True, key_valid=kv)
 
-    def forward_candidates(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
-        """(d) input_ids (B, M, L): M candidate states of one block in one call.
+    def forward_candidates(
+        self, input_ids, position_ids, cache: KVCache, key_valid=None, verify: str = "exact"
+    ) -> ModelOutput:
+        """(d) input_ids (B, M, L): M candidate states of one block in one verify (path: VERIFY_PATHS).
 
-        Each candidate attends to the cache and to its own L tokens only; all share position_ids (B, L).
-        Returns logits (B, M, L, V) and hidden (B, M, L, H)."""
+        Each candidate attends to the cache and to its own L tokens only; all share position_ids (B, L)
+        and key_valid (B, L). Returns logits (B, M, L, V) and hidden (B, M, L, H)."""
         B, M, L = input_ids.shape
-        kv = (
-            key_valid
-            if key_valid is not None
-            else torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
-        )
+        path = resolve_verify(verify, input_ids.device)
+        kv = key_valid if key_valid is not None else torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
+        if path == "loop":
+            outs = [self.forward_block(input_ids[:, j], position_ids, cache, kv) for j in range(M)]
+            return ModelOutput(torch.stack([o.logits for o in outs], 1), torch.stack([o.hidden for o in outs], 1))
+        if path == "fold":
+            # Row b*M + j is candidate j of row b: the same mask, positions and cache row as forward_block.
+            rep = lambda t: t[:, None].expand(B, M, *t.shape[1:]).flatten(0, 1)  # noqa: E731
+            mask = self._block_mask(cache, rep(kv), fold=M)
+            out = self(input_ids.reshape(B * M, L), rep(position_ids), mask, cache, fold=M)
+            return ModelOutput(out.logits.view(B, M, L, -1), out.hidden.view(B, M, L, -1))
         cand = torch.arange(M * L, device=input_ids.device) // L
         own = (cand[None, :] == cand[:, None])[None] & kv.repeat(1, M)[:, None, :]  # (B, ML, ML)
         own = own | torch.eye(M * L, dtype=torch.bool, device=input_ids.device)[None]
         mask = torch.cat([self._cache_keys(cache, B, M * L, input_ids.device), own[:, None]], -1)
         out = self(input_ids.reshape(B, M * L), position_ids.repeat(1, M), mask, cache)
         return ModelOutput(out.logits.view(B, M, L, -1), out.hidden.view(B, M, L, -1))
+
+
+VERIFY_PATHS = ("exact", "fold", "loop", "packed")
+
+
+def resolve_verify(verify: str, device) -> str:
+    """The concrete verify path: "exact" is "fold" on CPU (bitwise equal to forward_block there, tested
+    in tests/test_lossless_bf16.py) and "loop" elsewhere (exact by construction)."""
+    if verify not in VERIFY_PATHS:
+        raise ValueError(f"verify={verify!r}: choose one of {VERIFY_PATHS}")
+    if verify == "exact":
+        return "fold" if torch.device(device).type == "cpu" else "loop"
+    return verify
 
 
 def count_parameters(module: nn.Module) -> int:

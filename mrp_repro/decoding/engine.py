@@ -93,14 +93,13 @@ class BlockState:
     def backbone(self, ids: torch.Tensor | None = None) -> ModelOutput:
         """Forward the block (B, L) against the cache; counts one forward per working row."""
         self._count("denoise_forwards", self.rows_needing_work())
-        return self.model.forward_block(
-            self.ids if ids is None else ids, self.positions, self.cache, self.key_valid
-        )
+        return self.model.forward_block(self.ids if ids is None else ids, self.positions, self.cache, self.key_valid)
 
-    def backbone_candidates(self, cand_ids: torch.Tensor) -> ModelOutput:
-        """Packed forward of (B, M, L) candidate states; one forward per working row."""
+    def backbone_candidates(self, cand_ids: torch.Tensor, verify: str = "exact") -> ModelOutput:
+        """One verify of (B, M, L) candidate states (`verify`: a path of model.VERIFY_PATHS); one
+        forward per working row, whatever the path (the paper's accounting: a verify is one pass)."""
         self._count("denoise_forwards", self.rows_needing_work())
-        return self.model.forward_candidates(cand_ids, self.positions, self.cache, self.key_valid)
+        return self.model.forward_candidates(cand_ids, self.positions, self.cache, self.key_valid, verify=verify)
 
     def reveal(self, select: torch.Tensor, tokens: torch.Tensor, kind: str = "reveal"):
         """select (B, L) bool over masked slots; tokens (B, L) ids to write there."""
@@ -108,9 +107,7 @@ class BlockState:
         self.ids = torch.where(select, tokens, self.ids)
         for r, p in select.nonzero().tolist():
             self.stats[r].tokens += 1
-            self.trace.append(
-                dict(row=r, block=self.block, step=self.step, kind=kind, pos=p, token=int(tokens[r, p]))
-            )
+            self.trace.append(dict(row=r, block=self.block, step=self.step, kind=kind, pos=p, token=int(tokens[r, p])))
 
     def revoke(self, select: torch.Tensor):
         """Put revealed slots back to [MASK]."""

@@ -4,15 +4,17 @@
     from mrp_repro.decoding.mrp_modes import Speculative, Direct, NaiveLookahead, Remask
     generate(model, prompts, Speculative(3, "mrp", head=head), block_size, mask_id, eos_ids, max_new_tokens)
 
-- `Speculative(K, drafter, head=None)` (§3, lossless): per round, draft 1 = the backbone's static
+- `Speculative(K, drafter, head=None, verify="exact")` (§3, lossless): per round, draft 1 = the backbone's static
   pick on the current state S; drafts 2..K from a drafter (`mrp`: chained MRP head steps,
   `oracle`: the backbone's own future picks from uncounted plain forwards, the ceiling,
-  `naive`: the next most confident positions of the same logits); one packed verify forward of
+  `naive`: the next most confident positions of the same logits); one verify forward of
   the candidate states C(1..K) (C(k) = S with drafts 1..k revealed); draft k+1 is accepted iff the
   backbone's static pick on C(k) is exactly it; with j accepted the state becomes C(j) and the
   verify logits of C(j) seed the next round. A candidate with no mask left is not forwarded (its
-  logits are never needed), so K = 1 costs exactly Static(1)'s forwards and the output is
-  token-identical to Static(1).
+  logits are never needed), so K = 1 costs exactly Static(1)'s forwards. The default verify
+  ("exact": candidates folded into the batch on CPU, one block forward each elsewhere) gives
+  logits bitwise equal to forward_block on the same state, so the output is token-identical to
+  Static(1) in bf16 too; verify="packed" (block-diagonal packing along the sequence) does not.
 - `Direct(steps, head)` (§4, lossy): per backbone forward, reveal the static pick, then `steps`
   more tokens from the head's chained corrected logits, unverified.
 - `NaiveLookahead(K)`: K reveals per forward from one set of uncorrected logits (= Static(K)).
@@ -52,6 +54,7 @@ import torch
 
 from mrp_repro.decoding.engine import BlockState, Policy, Static, masked_confidence, top_masked
 from mrp_repro.kernels import residual_confidence
+from mrp_repro.model import VERIFY_PATHS
 
 __all__ = ["Speculative", "Direct", "NaiveLookahead", "Remask", "DRAFTERS", "REMASK_RULES", "MRPPolicy"]
 
@@ -146,16 +149,24 @@ def _rc(A, C, tokens=None):
 
 # -- speculative -----------------------------------------------------------------------------------
 class Speculative(MRPPolicy):
-    def __init__(self, K: int, drafter: str = "mrp", head=None):
+    """verify: how the candidates are scored (model.VERIFY_PATHS). The default "exact" gives logits
+    bitwise equal to Static(1)'s forward_block on the same state, so the output is token-identical to
+    Static(1) in every dtype; "packed" (one block-diagonal call) rounds differently and can flip
+    near-ties in bf16 (rates: `python -m mrp_repro.decoding.mismatch`)."""
+
+    def __init__(self, K: int, drafter: str = "mrp", head=None, verify: str = "exact"):
         if K < 1:
             raise ValueError("K must be >= 1")
         if drafter not in DRAFTERS:
             raise ValueError(f"drafter {drafter!r}: choose one of {DRAFTERS}")
         if drafter == "mrp" and head is None:
             raise ValueError("the mrp drafter needs a head")
-        self.K, self.drafter = K, drafter
+        if verify not in VERIFY_PATHS:
+            raise ValueError(f"verify={verify!r}: choose one of {VERIFY_PATHS}")
+        self.K, self.drafter, self.verify = K, drafter, verify
         self.head = head if drafter == "mrp" else None
-        self.name = f"speculative({K},{drafter})"
+        # The default keeps the historical name, which the result tables key on.
+        self.name = f"speculative({K},{drafter})" if verify == "exact" else f"speculative({K},{drafter},{verify})"
 
     def _drafts(self, st: BlockState, logits, hidden, n_drafts: torch.Tensor):
         """Drafts 1..Kmax per row: pos (B, Kmax) (-1 past a row's own n_drafts), tok (B, Kmax), and the
@@ -214,7 +225,7 @@ class Speculative(MRPPolicy):
                 done_now = working & (need == 0)  # one masked slot left: the static pick finishes it
                 if done_now.any():
                     self._reveal(st, done_now, pos, tok, accepted)
-                vout = st.backbone_candidates(torch.stack(cands[:M], 1))
+                vout = st.backbone_candidates(torch.stack(cands[:M], 1), self.verify)
                 for k in range(1, M + 1):  # draft k+1 vs the backbone's pick on C(k)
                     m = (cands[k - 1] == st.mask_id) & st.active[:, None]
                     if k >= pos.shape[1]:
