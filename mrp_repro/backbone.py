@@ -21,6 +21,7 @@ import torch
 
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro.config import Profile
+from mrp_repro.errors import UserError
 from mrp_repro.model import SDARModel
 from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype, set_num_threads
 from mrp_repro.tokenizer import eos_token_ids, load_tokenizer, mask_token_id
@@ -33,9 +34,14 @@ __all__ = [
     "encode_prompts",
     "decode",
     "BACKBONE_SECTIONS",
+    "BackboneNotTrained",
 ]
 
 BACKBONE_SECTIONS = ("model", "tokenizer", "data", "backbone_training")
+
+
+class BackboneNotTrained(UserError, FileNotFoundError):
+    """A scratch profile's backbone is not trained yet (and training was not asked for)."""
 
 
 @dataclass
@@ -89,16 +95,20 @@ def load_for_profile(
     src = profile.model.source
     if src == "scratch":
         out = backbone_dir(profile)
-        if not (out / "done.json").exists():
+        path = out / "model"
+        rerun = f"python -m mrp_repro.train_backbone --profile {profile.name}"
+        # A deleted model/ counts as missing: train_backbone rewrites it from its last checkpoint.
+        if not (out / "done.json").exists() or not (path / "model.safetensors").exists():
             if not train_if_missing:
-                raise FileNotFoundError(
-                    f"no trained backbone at {out}; run python -m mrp_repro.train_backbone --profile {profile.name}"
-                )
+                raise BackboneNotTrained(f"no trained backbone at {out}; run {rerun}")
             from mrp_repro.train_backbone import train_backbone
 
             train_backbone(profile, out, progress=progress)
-        path = out / "model"
-        model = ckpt_io.load_backbone(path, device=dev, dtype=dt)
+        fix = (
+            f"delete {path} and rerun {rerun} (it rewrites the model from the last training checkpoint "
+            f"in {out}, without retraining)"
+        )
+        model = ckpt_io.load_backbone(path, device=dev, dtype=dt, fix=fix)
         tok = load_tokenizer(path)
     else:
         name = profile.model.hub_id if src == "hub" else profile.model.local_dir

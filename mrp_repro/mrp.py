@@ -38,6 +38,10 @@ class HeadNotFoundError(UserError, FileNotFoundError):
     """No trained MRP head at a path (a FileNotFoundError, as before; a UserError for the CLIs)."""
 
 
+class BackboneMismatchError(CheckpointError):
+    """A head trained on another backbone than the one it is loaded on (same shapes, other weights)."""
+
+
 class MRPHead(nn.Module):
     def __init__(self, cfg: ModelConfig, num_layers: int = 1, objective: str = "residual"):
         super().__init__()
@@ -204,7 +208,7 @@ def load_head(
         raise CheckpointError(f"{path}: this head was trained for backbone {saved_cfg}, not {backbone_cfg}")
     recorded = meta.get("backbone_hash")
     if backbone_hash is not None and recorded != backbone_hash and not allow_backbone_mismatch:
-        raise CheckpointError(
+        raise BackboneMismatchError(
             f"{path}: this head was trained on backbone {recorded or '<not recorded>'}, but the backbone it "
             f"is loaded on is {backbone_hash} (same shapes, other weights); train a head for this backbone "
             f"({rerun}) or pass allow_backbone_mismatch=True to load it anyway"

@@ -2,6 +2,7 @@
 
     python -m mrp_repro.reproduce --profile tiny        # what `make reproduce` runs
     python -m mrp_repro.reproduce --profile smoke --only 00 01
+    python -m mrp_repro.reproduce --profile nosuch --debug   # a user error with its traceback
 
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
 `mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
@@ -18,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from mrp_repro.config import load_profile, repo_root
+from mrp_repro.cli import load_profile_arg
+from mrp_repro.config import repo_root
 from mrp_repro.runtime import runs_root
 
 KERNEL = "mrp-repro"
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", default=KERNEL, help="Jupyter kernel name (default: %(default)s)")
     args = ap.parse_args(argv)
 
-    profile = load_profile(args.profile)  # fail fast on a bad profile
+    profile = load_profile_arg(args.profile)  # fail fast on a bad profile, as one line (run_cli)
     param = args.profile
     if Path(param).suffix in (".yaml", ".yml"):
         param = str(Path(param).resolve())  # notebooks run with their own cwd
@@ -94,4 +96,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)  # exits with main's status; a bad profile prints one line (--debug: the traceback)

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m mrp_repro.train_backbone --profile tiny      # ~15 CPU-minutes, cached
     .venv/bin/python -m mrp_repro.train_backbone --profile smoke     # seconds
+    .venv/bin/python -m mrp_repro.train_backbone --profile smoke --debug   # user errors with the traceback
 
 Objective (METHOD.md §1, SDAR / BD3-LM): each training sequence is
 ``prompt (padded to whole blocks) + a random valid answer + EOS up to the end of
@@ -19,7 +20,11 @@ Prompt tokens are never masked. No shift: position i predicts token i.
 
 Data order and noise are keyed by (seed, step), so a resumed run sees exactly
 the batches an uninterrupted one would; checkpoints hold the model (hub format),
-optimizer, scheduler and RNG states, written atomically.
+optimizer, scheduler and RNG states, written atomically (a temporary directory renamed into place).
+
+Recovery: a finished run whose model/ was deleted rewrites it from the last checkpoint (no step is
+retrained); an unreadable checkpoint is an error naming it and the fix (delete it: training restarts
+from step 0 and, batches being keyed by step, ends at the same weights).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from mrp_repro import checkpoint as ckpt_io
-from mrp_repro.config import Profile, load_profile
+from mrp_repro.config import Profile
 from mrp_repro.model import ModelConfig, SDARModel, count_parameters
 from mrp_repro.runtime import provenance, set_num_threads, write_json_atomic
 from mrp_repro.tasks import synthetic
@@ -318,7 +323,8 @@ def train_backbone(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     done_path = out_dir / "done.json"
-    if done_path.exists():
+    model_ok = (out_dir / "model" / "model.safetensors").exists() and (out_dir / "model" / "config.json").exists()
+    if done_path.exists() and model_ok:
         return json.loads(done_path.read_text())["metrics"]
     if profile.model.source != "scratch":
         raise ValueError(f"profile {profile.name!r} has model.source={profile.model.source!r}, not 'scratch'")
@@ -344,9 +350,19 @@ def train_backbone(
     start, curve, prev_elapsed = 0, [], 0.0
     latest = _latest_checkpoint(out_dir) if resume else None
     if latest is not None:
-        sd = ckpt_io.load_backbone(latest, dtype=torch.float32).state_dict()
+        fix = (
+            f"delete {latest} and rerun python -m mrp_repro.train_backbone --profile {profile.name} "
+            "(training restarts from step 0 and, with batches keyed by step, ends at the same weights)"
+        )
+        sd = ckpt_io.load_backbone(latest, dtype=torch.float32, fix=fix).state_dict()
         model.load_state_dict(sd)
-        st = torch.load(latest / "state.pt", weights_only=False)
+        try:
+            st = torch.load(latest / "state.pt", weights_only=False)
+        except Exception as e:  # truncated zip / unpickling error: torch names neither the file nor a fix
+            raise ckpt_io.CheckpointError(
+                f"{latest / 'state.pt'} is truncated or unreadable ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:200]}); {fix}"
+            ) from e
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
         torch.set_rng_state(st["torch_rng"])
@@ -437,8 +453,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None, help="override backbone_training.num_threads")
     args = ap.parse_args(argv)
     from mrp_repro.backbone import backbone_dir
+    from mrp_repro.cli import load_profile_arg
 
-    profile = load_profile(args.profile)
+    profile = load_profile_arg(args.profile)
     out = backbone_dir(profile)
     metrics = train_backbone(
         profile, out, progress=not args.no_progress, resume=not args.no_resume, num_threads=args.threads
@@ -447,4 +464,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)

@@ -2,9 +2,11 @@
 
     .venv/bin/python -m mrp_repro.train_mrp --profile tiny     # collects trajectories if missing; cached
     .venv/bin/python -m mrp_repro.train_mrp --profile smoke    # seconds
+    .venv/bin/python -m mrp_repro.train_mrp --profile tiny --debug   # a user error with its traceback
 
     from mrp_repro.train_mrp import train_for_profile, train_mrp, head_cost_ratio
     head_dir = train_for_profile(profile, backbone)   # runs/<p>/mrp-<hash>/ (head/, metrics.json, loss curves)
+    head = load_head_for_profile(profile, backbone)   # the MRPHead, checked against this backbone's fingerprint
 
 Loss (per batch): for k = 1..K (K = mrp.k_steps), the head chains k reveals from h_A,
 h_k = h_{k-1} + h_C(k) (residual) or h_C(k) (direct), and is fitted to the backbone's true
@@ -25,7 +27,12 @@ Optimiser: AdamW (lr mrp_training.lr), linear warmup over warmup_frac of the ste
 min_lr_ratio. Batches are keyed by (seed, step), so a resumed run equals an uninterrupted one.
 Artifacts: head/ (mrp.safetensors in the released naming + mrp_config.json), metrics.json,
 loss_curve.csv / .json (train loss per step; held-out MRP KL and uncorrected KL(B || A) at every
-checkpoint), ckpt.pt (resume state), provenance.json, done.json.
+checkpoint), ckpt.pt (resume state), provenance.json, done.json. Every file is written to a temporary
+name and renamed, so a killed run leaves the previous checkpoint intact.
+
+Recovery: a finished run whose head is missing or unreadable is rewritten from ckpt.pt on the next call
+(no retraining); an unreadable ckpt.pt is an error naming it (delete it: training restarts from step 0,
+with the same batches, so the same head). A head is checked against the backbone's fingerprint.
 """
 
 from __future__ import annotations
@@ -42,14 +49,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mrp_repro.checkpoint import CheckpointError
+from mrp_repro.config import ConfigError
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import SDARModel
-from mrp_repro.mrp import MRPHead, save_head
+from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, load_head, save_head
 from mrp_repro.runtime import artifact_dir, provenance, set_num_threads, write_json_atomic
 from mrp_repro.train_backbone import lr_lambda_for
 from mrp_repro.trajectories import load_trajectories, model_fingerprint
 
-__all__ = ["TrajectoryData", "mrp_loss", "train_mrp", "train_for_profile", "head_cost_ratio", "mrp_dir", "main"]
+__all__ = [
+    "TrajectoryData",
+    "mrp_loss",
+    "train_mrp",
+    "train_for_profile",
+    "load_head_for_profile",
+    "head_cost_ratio",
+    "mrp_dir",
+    "main",
+]
 
 MAX_HELDOUT_ROWS = 512
 
@@ -277,7 +295,10 @@ def head_cost_ratio(
 ) -> float:
     """Measured wall time of one head call (lm_head included) / one backbone forward_block (medians of
     `repeats`), both on `batch` rows of one block with `context_blocks` blocks in their caches."""
-    from mrp_repro.bench_modes import cost_model
+    try:  # bench_modes is moving to measure/cost.py (another change); accept either home
+        from mrp_repro.measure.cost import cost_model
+    except ImportError:
+        from mrp_repro.bench_modes import cost_model
 
     return cost_model(backbone_model, head, batch, block, Ks=(), context_blocks=context_blocks, repeats=repeats)[
         "head_cost"
@@ -357,7 +378,7 @@ def train_mrp(
     bb_hash = model_fingerprint(model)
     data = TrajectoryData([load_trajectories(d, expect={"backbone_hash": bb_hash}) for d in dirs], mask_id, L)
     if mc.k_steps > data.S:
-        raise ValueError(
+        raise ConfigError(  # a ValueError too, as before
             f"mrp.k_steps={mc.k_steps} but the trajectories hold chains of {data.S} steps; recollect "
             f"with chain_steps >= {mc.k_steps}"
         )
@@ -375,8 +396,16 @@ def train_mrp(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, warm, tc.min_lr_ratio))
     curve, heldout, start = [], [], 0
     ck = out / "ckpt.pt"
+    rerun = rerun_command(profile)
     if resume and ck.exists():
-        st = torch.load(ck, map_location=dev, weights_only=False)
+        try:
+            st = torch.load(ck, map_location=dev, weights_only=False)
+        except Exception as e:  # truncated zip, unpickling error: torch names neither the file nor a fix
+            raise CheckpointError(
+                f"{ck} is truncated or unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                f"delete it and rerun {rerun} (training restarts from step 0 and, with batches keyed by "
+                "step, ends at the same head)"
+            ) from e
         head.load_state_dict(st["head"])
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
@@ -449,7 +478,9 @@ def train_mrp(
     )
     _write_curves(out, curve, heldout)
     save_head(
-        head, out / "head", extra=dict(backbone_hash=bb_hash, train_sources=_sources(profile), k_steps=mc.k_steps)
+        head,
+        out / "head",
+        extra=dict(backbone_hash=bb_hash, train_sources=_sources(profile), k_steps=mc.k_steps, rerun=rerun),
     )
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "provenance.json", provenance(profile, dev))
@@ -468,34 +499,79 @@ def mrp_dir(profile, backbone) -> Path:
     return artifact_dir(profile, "mrp", key)
 
 
-def train_for_profile(profile, backbone, progress: bool = True) -> Path:
+def rerun_command(profile) -> str:
+    return f"python -m mrp_repro.train_mrp --profile {profile.name}"
+
+
+def train_for_profile(profile, backbone, progress: bool = True, allow_backbone_mismatch: bool = False) -> Path:
     """The trained head's artifact directory (head weights in <dir>/head); trains (and collects
-    trajectories) only when missing, so a second call returns at once."""
+    trajectories) only when missing, so a second call returns at once.
+
+    On reuse the head is loaded once against this backbone's fingerprint: a missing or unreadable
+    head is rewritten from ckpt.pt (a finished run's last checkpoint: no step is retrained); a head of
+    another backbone is refused (BackboneMismatchError) unless allow_backbone_mismatch."""
     from mrp_repro.trajectories import collect_for_profile
 
     out = mrp_dir(profile, backbone)
     if (out / "done.json").exists():
-        return out
+        try:
+            _load(profile, backbone, out, allow_backbone_mismatch)
+            return out
+        except BackboneMismatchError:
+            raise
+        except (HeadNotFoundError, CheckpointError) as e:
+            import sys
+
+            print(f"train_mrp: {e}; rewriting the head from {out / 'ckpt.pt'}", file=sys.stderr)
+            (out / "done.json").unlink()
     dirs = [collect_for_profile(profile, backbone, s, progress=progress).parent for s in _sources(profile)]
     train_mrp(profile, backbone, dirs, out, progress=progress, resume=True)
     return out
+
+
+def _load(profile, backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHead:
+    m = backbone.model
+    return load_head(
+        out / "head",
+        m.config,
+        device=m.lm_head.weight.device,
+        dtype=m.lm_head.weight.dtype,
+        backbone_hash=model_fingerprint(m),
+        allow_backbone_mismatch=allow_backbone_mismatch,
+    )
+
+
+def load_head_for_profile(profile, backbone, progress: bool = True, allow_backbone_mismatch: bool = False):
+    """The profile's trained MRPHead on `backbone` (trained first if missing), on the backbone's device
+    and dtype, refused if it was trained on another backbone unless allow_backbone_mismatch=True."""
+    out = train_for_profile(profile, backbone, progress, allow_backbone_mismatch)
+    return _load(profile, backbone, out, allow_backbone_mismatch)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--allow-backbone-mismatch",
+        action="store_true",
+        help="reuse a head recorded for another backbone fingerprint (normally refused)",
+    )
     args = ap.parse_args(argv)
     from mrp_repro.backbone import load_for_profile
-    from mrp_repro.config import load_profile
+    from mrp_repro.cli import load_profile_arg
 
-    profile = load_profile(args.profile)
+    profile = load_profile_arg(args.profile)
     set_num_threads(profile.backbone_training.num_threads)
     bb = load_for_profile(profile, progress=not args.no_progress)
-    out = train_for_profile(profile, bb, progress=not args.no_progress)
+    out = train_for_profile(
+        profile, bb, progress=not args.no_progress, allow_backbone_mismatch=args.allow_backbone_mismatch
+    )
     print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))
     print(out)
 
 
 if __name__ == "__main__":
-    main()
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)

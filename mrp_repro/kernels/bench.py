@@ -343,4 +343,6 @@ def main(argv: list | None = None) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
-    main()
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)
