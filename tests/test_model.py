@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mrp_repro.checkpoint import CheckpointError, load_backbone, save_backbone
-from mrp_repro.model import ModelConfig, SDARModel, block_causal_mask
+from mrp_repro.model import VERIFY_PATHS, ModelConfig, SDARModel, block_causal_mask
 
 TINY = ModelConfig(
     vocab_size=61,
@@ -151,11 +151,16 @@ def test_packed_candidates_equal_one_by_one():
     with torch.no_grad():
         cache = m.new_cache(B, 3 * L)
         m.prefill(prefix, pos[:, : 2 * L], torch.ones(B, 2 * L, dtype=torch.bool), cache, L)
-        packed = m.forward_candidates(cands, pos[:, 2 * L :], cache)
+        got = {p: m.forward_candidates(cands, pos[:, 2 * L :], cache, verify=p) for p in VERIFY_PATHS}
         for j in range(M):
             one = m.forward_block(cands[:, j], pos[:, 2 * L :], cache)
-            torch.testing.assert_close(packed.logits[:, j], one.logits, atol=1e-5, rtol=0)
-            torch.testing.assert_close(packed.hidden[:, j], one.hidden, atol=1e-5, rtol=0)
+            for p in ("exact", "fold", "loop"):  # the lossless paths: bitwise (tests/test_lossless_bf16.py for bf16)
+                assert torch.equal(got[p].logits[:, j], one.logits) and torch.equal(got[p].hidden[:, j], one.hidden)
+            torch.testing.assert_close(got["packed"].logits[:, j], one.logits, atol=1e-5, rtol=0)
+            torch.testing.assert_close(got["packed"].hidden[:, j], one.hidden, atol=1e-5, rtol=0)
+        assert cache.length == 2 * L  # a verify reads the cache, never writes it
+    with pytest.raises(ValueError, match="cannot write"):
+        m(cands[:, 0], pos[:, 2 * L :], torch.ones(B, 1, L, L, dtype=torch.bool), cache, write_cache=True, fold=2)
 
 
 def test_padding_rows_do_not_leak():

@@ -81,19 +81,21 @@ def compare_with_static(model, head, prompts, block: int, Ks, drafters, verify: 
 
 
 @torch.no_grad()
-def cached_state(model, batch: int, block: int, context_blocks: int, seed: int, pad_frac: float = 0.25):
-    """A cache of `context_blocks` committed blocks (some rows left-padded, some key slots invalid) and
-    the block's positions and key_valid, as the engine would hold them."""
+def cached_state(model, batch: int, block: int, context_blocks: int, seed: int, finished: bool = True):
+    """A cache of `context_blocks` committed blocks and the current block's positions and key_valid, laid
+    out as the engine does: row r left-padded by r % context_blocks whole blocks; with `finished`, every
+    4th row (r % 4 == 3) sits the block out (all-padding key_valid). -> cache, pos, key_valid, generator."""
     dev = model.lm_head.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
     S = context_blocks * block
     ctx = torch.randint(3, V, (batch, S), generator=g)
     valid = torch.ones(batch, S + block, dtype=torch.bool)
-    for r in range(batch):  # left padding by whole blocks, as the engine lays rows out
-        valid[r, : block * int(torch.randint(0, context_blocks, (1,), generator=g)) * (r % 2)] = False
+    for r in range(batch):
+        valid[r, : block * (r % context_blocks)] = False
     key_valid = valid[:, S:].clone()
-    key_valid[torch.rand(batch, generator=g) < pad_frac] = False  # finished rows: an all-padding block
+    if finished:
+        key_valid[3::4] = False
     pos = (torch.arange(S + block)[None] - (~valid).sum(1, keepdim=True)).clamp(min=0)
     cache = model.new_cache(batch, S)
     model.prefill(ctx.to(dev), pos[:, :S].to(dev), valid[:, :S].to(dev), cache, block)
@@ -158,7 +160,7 @@ def mismatch_table(
 @torch.no_grad()
 def verify_cost(model, batch: int, block: int, M: int, paths=("fold", "loop", "packed"), repeats: int = 20):
     """Wall time of one verify of M candidates / one forward_block, per path, on a 4-block cache."""
-    cache, pos, kv, g = cached_state(model, batch, block, 4, seed=0, pad_frac=0.0)
+    cache, pos, kv, g = cached_state(model, batch, block, 4, seed=0, finished=False)
     V = model.config.vocab_size
     ids = torch.randint(3, V, (batch, block), generator=g).to(pos.device)
     cand = ids[:, None].expand(batch, M, block).contiguous()
