@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+from runs_helpers import SPEC_K, synthetic_runs
 
-from mrp_repro import paper
+from mrp_repro.measure.runs import model_for_profile
+from mrp_repro.report import paper
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "paper"
 
@@ -32,22 +33,15 @@ def test_paper_headline_numbers():
 def test_mappings():
     assert paper.BENCHMARK_MAP["synth-math"] == "gsm8k"
     assert paper.BENCHMARK_MAP["synth-code"] == "humaneval"
-    assert paper.model_for_profile("sdar-8b") == "SDAR-8B"
-    assert paper.model_for_profile("tiny") == "tiny"
+    assert model_for_profile("sdar-8b") == "SDAR-8B"
+    assert model_for_profile("tiny") == "tiny"
     assert paper.paper_model("tiny", "direct") == "SDAR-8B"
     assert paper.paper_model("SDAR-4B", "remasking") == "SDAR-4B"
 
 
-def test_bootstrap_ci_brackets_the_mean():
-    m, lo, hi = paper.bootstrap_ci(np.r_[np.ones(30), np.zeros(10)], n_boot=500)
-    assert m == pytest.approx(75.0)
-    assert lo < m < hi
-    assert paper.bootstrap_ci([], 10) != paper.bootstrap_ci([1.0], 10)  # nan vs value
-
-
 @pytest.fixture(scope="module")
 def runs():
-    return paper.synthetic_runs(n=30)
+    return synthetic_runs(n=30)
 
 
 def _same_shape(ours: pd.DataFrame, table: str):
@@ -70,12 +64,19 @@ def test_remasking_table(runs):
     assert len(paper.remasking_table(runs, rule=None, n_boot=10)) == 2 * 4 * 2
 
 
-def test_speculative_table(runs):
+def test_speculative_table_keeps_every_k(runs):
     t = paper.speculative_table(runs, n_boot=100)
     _same_shape(t, "speculative")
-    assert (t["identical"] == 1.0).all()
-    assert (t["throughput_speedup"] > 1).all() and (t["speedup_basis"] == "wall clock").all()
+    # one row per benchmark x K: no K is dropped (the old table kept the best K per benchmark)
+    assert sorted(zip(t["benchmark"], t["K"], strict=True)) == sorted(
+        (b, k) for b in ("synth-code", "synth-math") for k in SPEC_K
+    )
+    assert (t["identical_to_static"] == 1.0).all() and (t["accuracy"] == t["static_accuracy"]).all()
+    assert (t["throughput_speedup"] > 1).all()
+    assert t["nfe_speedup"].iloc[0] == pytest.approx(36 / (19 + 4))  # 32 tokens / (19 + 4) vs 32 / (32 + 4)
     assert set(t["paper_throughput_speedup"]) == {1.36, 1.35}
+    oracle = paper.speculative_table(runs, drafter="oracle", n_boot=10)
+    assert (oracle["tpf"] > t["tpf"]).all()
 
 
 def test_direct_and_lookahead_tables(runs):
@@ -88,22 +89,37 @@ def test_direct_and_lookahead_tables(runs):
     assert gsm["paper_accuracy"].notna().all() and len(gsm) == 8
 
 
-def test_speedup_falls_back_to_nfe_without_wall_clock(runs):
-    t = paper.speculative_table(runs.drop(columns="wall_s"), n_boot=20)
-    assert (t["speedup_basis"] == "backbone NFE").all()
-    assert t["throughput_speedup"].iloc[0] == pytest.approx(1 / 0.6)
+def test_tables_name_missing_columns_and_refuse_blends(runs):
+    with pytest.raises(KeyError, match="identical_to_static"):
+        paper.speculative_table(runs.drop(columns="identical_to_static"))
+    with pytest.raises(KeyError, match="K"):
+        paper.lookahead_table(runs.drop(columns="K"))
+    with pytest.raises(ValueError, match="no remask"):
+        paper.remasking_table(runs[runs["mode"] != "remask"])
+    two_batches = pd.concat([runs, runs.assign(batch_size=1)], ignore_index=True)
+    with pytest.raises(ValueError, match="more than once"):
+        paper.speculative_table(two_batches, n_boot=10)
 
 
-def test_empty_runs_give_empty_tables_with_columns():
-    empty = pd.DataFrame(columns=["model", "benchmark", "mode", "problem_id", "correct"])
-    for fn in (paper.remasking_table, paper.speculative_table, paper.direct_table, paper.lookahead_table):
-        assert fn(empty).empty
+def test_backbone_and_modes_tables_in_percent(runs):
+    b = paper.backbone_table(runs, n_boot=50)
+    assert set(b["setting"]) == {"static(1)"} | {f"dynamic({t})" for t in (0.9, 0.7, 0.5, 0.3)}
+    st = b[b["setting"] == "static(1)"]
+    assert (st["speedup"] == 1.0).all()
+    assert ((b["accuracy_lo"] <= b["accuracy"]) & (b["accuracy"] <= b["accuracy_hi"])).all()
+    assert b["accuracy"].max() > 1  # percent, not a fraction
+    m = paper.modes_table(runs, n_boot=20)
+    assert set(m["mode"]) == {"static", "dynamic", "speculative", "direct", "naive", "remask"}
+    spec = m[(m["mode"] == "speculative") & (m["benchmark"] == "synth-math")]
+    spec = spec.set_index("setting")["tpf_share_of_oracle"]
+    assert spec["speculative(3,oracle)"] == 1.0 and 0 < spec["speculative(3,mrp)"] < 1
+    assert m["tpf_share_of_oracle"][m["mode"] != "speculative"].isna().all()
 
 
 def test_result_files_roundtrip(tmp_runs, smoke_profile):
     df = pd.DataFrame({"a": [1, 2]})
     p = paper.save_result(smoke_profile, "adjacent", df)
-    assert smoke_profile.hash in str(p) and str(p).startswith(str(tmp_runs))
+    assert smoke_profile.hash in str(p) and str(p).startswith(str(tmp_runs)) and paper.RESULTS_SCHEMA in str(p)
     pd.testing.assert_frame_equal(paper.load_result(smoke_profile, "adjacent"), df)
     assert paper.load_result(smoke_profile, "trace") is None
     assert set(paper.load_results(smoke_profile)) == {"adjacent"}

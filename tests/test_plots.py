@@ -1,4 +1,5 @@
-"""Every figure and table writer produces non-empty files from small synthetic frames."""
+"""Every figure draws every series of its table: counted series, points per series, legend labels, no empty
+axis; a table that would blend rows into one point is refused. Small frames in the full runs schema."""
 
 from __future__ import annotations
 
@@ -9,60 +10,185 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.collections import PathCollection  # noqa: E402
+from runs_helpers import LOOKAHEAD_K, SPEC_K, synthetic_adjacent, synthetic_runs  # noqa: E402
 
-from mrp_repro import paper, plots  # noqa: E402
+from mrp_repro.measure.adjacent import RANDOM_BASELINE, SUBSET, TRAINED  # noqa: E402
+from mrp_repro.report import paper, plots, tables  # noqa: E402
+
+N = 12
+BENCHES = ["synth-math", "synth-code"]
 
 
 @pytest.fixture(scope="module")
 def runs():
-    return paper.synthetic_runs(n=12)
+    return synthetic_runs(n=N)
 
 
 def _written(paths):
     assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths), paths
 
 
-def _fig(fig, tmp_path, name):
+def _save(fig, tmp_path, name):
     paths = plots.save_figure(fig, tmp_path, name)
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     _written(paths)
     matplotlib.pyplot.close(fig)
 
 
-def test_save_table_writes_md_tex_csv(tmp_path, runs):
+class _Series:
+    def __init__(self, label, line):
+        self.label, self.line = label, line
+
+    def get_label(self):
+        return self.label
+
+    def get_xdata(self):
+        return self.line.get_xdata()
+
+    def get_ydata(self):
+        return self.line.get_ydata()
+
+
+def _lines(ax):
+    """Labelled data series in drawing order: plot lines, and errorbars (their label sits on the container)."""
+    from matplotlib.container import ErrorbarContainer
+
+    bars = {c.lines[0]: c.get_label() for c in ax.containers if isinstance(c, ErrorbarContainer)}
+    out = []
+    for ln in ax.get_lines():
+        label = bars.get(ln, ln.get_label())
+        if not label.startswith("_"):
+            out.append(_Series(label, ln))
+    return out
+
+
+def _scatters(ax):
+    return [c for c in ax.collections if isinstance(c, PathCollection) and not c.get_label().startswith("_")]
+
+
+def _legend(ax):
+    leg = ax.get_legend()
+    assert leg is not None, "axis has no legend"
+    return [t.get_text() for t in leg.get_texts()]
+
+
+def _not_empty(fig):
+    for ax in fig.axes:
+        assert ax.has_data(), f"empty axis: {ax.get_title()!r}"
+
+
+def test_save_table_shows_value_and_ci(tmp_path, runs):
     t = paper.remasking_table(runs, n_boot=20)
-    paths = plots.save_table(t, tmp_path, "remasking")
+    paths = tables.save_table(t, tmp_path, "remasking")
     _written(paths)
     md = paths[0].read_text()
-    assert "[" in md and "paper_baseline_accuracy" in md  # ours with CI beside the paper's
+    assert "paper_baseline_accuracy" in md and "accuracy_lo" not in md  # CIs merged into `value [lo, hi]`
+    row = t.iloc[0]
+    assert f"{row['gain']:.1f} [{row['gain_lo']:.1f}, {row['gain_hi']:.1f}]" in md
     assert pd.read_csv(paths[2]).shape == t.shape
 
 
 def test_out_dir_for_profile(tmp_runs, smoke_profile):
-    d = plots.out_dir(smoke_profile)
+    d = tables.out_dir(smoke_profile)
     assert d.name == "smoke" and d.is_dir()
 
 
-def test_figures(tmp_path, runs):
-    adj = pd.DataFrame(
-        [
-            {"distance": d, "kl_mean": 0.1 * d * s, "top1_agreement": 1 - 0.05 * d * s, "n_positions": 9, "model": m}
-            for m, s in (("trained", 1), ("random-init", 4))
-            for d in (1, 2, 3)
-        ]
-    )
-    _fig(plots.plot_adjacent(adj), tmp_path, "adjacent")
-    _fig(plots.plot_remasking(paper.remasking_table(runs, rule=None, n_boot=10)), tmp_path, "remasking")
-    _fig(plots.plot_lookahead(paper.lookahead_table(runs, n_boot=10)), tmp_path, "lookahead")
-    acc = pd.DataFrame({"accept_length": np.arange(20) % 4, "k": 3})
-    _fig(plots.plot_speculative(runs, acc), tmp_path, "speculative")
-    _fig(plots.plot_speculative(runs, None), tmp_path, "speculative_noacc")
-    sp = plots.plot_speedup(paper.speculative_table(runs, n_boot=10), paper.direct_table(runs, n_boot=10))
-    _fig(sp, tmp_path, "speedup")
-    curve = pd.DataFrame({"step": [0, 5, 10], "train_kl": [1.0, 0.5, 0.3], "heldout_kl": [1.0, 0.6, 0.4]})
-    curve["baseline_kl"] = 1.0
-    _fig(plots.plot_training_curve(curve), tmp_path, "curve")
+def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
+    fig = plots.plot_speculative(runs)
+    _not_empty(fig)
+    left, right = fig.axes[:2]
+    pts = {c.get_label(): len(c.get_offsets()) for c in _scatters(left)}
+    # per benchmark: one point per prompt for static and for each K; one ceiling mark per K
+    assert pts == {**{b: N * (1 + len(SPEC_K)) for b in BENCHES},
+                   **{f"{b} oracle ceiling": len(SPEC_K) for b in BENCHES}}  # fmt: skip
+    assert [t.get_text() for t in left.get_xticklabels()] == ["static"] + [f"K={k}" for k in SPEC_K]
+    assert set(_legend(left)) == set(pts)
+    want = {f"{b} K={k}" for b in BENCHES for k in SPEC_K}
+    assert {ln.get_label() for ln in _lines(right)} == want and set(_legend(right)) == want
+    for ln in _lines(right):  # accept lengths 0..K
+        K = int(ln.get_label().split("K=")[1])
+        assert len(ln.get_xdata()) == K + 1 and np.isclose(np.sum(ln.get_ydata()), 1.0)
+    _save(fig, tmp_path, "speculative")
+
+
+def test_speedup_figure_every_k_and_step(tmp_path, runs):
+    fig = plots.plot_speedup(paper.speculative_table(runs, n_boot=10), paper.direct_table(runs, n_boot=10))
+    ax = fig.axes[0]
+    bars = {c.get_label(): len(c.patches) for c in ax.containers if hasattr(c, "patches")}
+    want = [f"speculative K={k}" for k in SPEC_K] + ["direct step1", "direct step2"]
+    assert bars == dict.fromkeys(want, len(BENCHES))  # every series on every benchmark
+    assert sorted(_legend(ax)) == sorted(want + ["paper"])
+    assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
+    paper_marks = [c for c in ax.collections if c.get_label() == "paper"]
+    assert len(paper_marks) == 1
+    _not_empty(fig)
+    _save(fig, tmp_path, "speedup")
+
+
+def test_adjacent_figure_one_subset_median(tmp_path):
+    adj = synthetic_adjacent()
+    fig = plots.plot_adjacent(adj)
+    _not_empty(fig)
+    kl_ax, ag_ax = fig.axes[:2]
+    models = [TRAINED, "random init", RANDOM_BASELINE]
+    sub = adj[adj["subset"] == SUBSET]
+    for ax, col in ((kl_ax, "kl_median"), (ag_ax, "top1_agreement")):
+        lines = _lines(ax)
+        assert [ln.get_label() for ln in lines] == models
+        for ln in lines:  # one point per distance, the conf<0.99 value (not a zig-zag over two subsets)
+            want = sub[sub["model"] == ln.get_label()].sort_values("distance")
+            assert list(ln.get_xdata()) == list(want["distance"])
+            assert np.allclose(ln.get_ydata(), want[col])
+    assert _legend(ag_ax) == models
+    with pytest.raises(ValueError, match="more than one row"):
+        plots.plot_adjacent(pd.concat([adj, adj]))
+    with pytest.raises(KeyError, match="kl_median"):
+        plots.plot_adjacent(adj.drop(columns="kl_median"))
+    _save(fig, tmp_path, "adjacent")
+
+
+def test_lookahead_figure_labels_tpf(tmp_path, runs):
+    look = paper.lookahead_table(runs, n_boot=10)
+    fig = plots.plot_lookahead(look)
+    _not_empty(fig)
+    assert sorted(ax.get_title() for ax in fig.axes) == sorted(BENCHES)
+    for ax in fig.axes:
+        b = ax.get_title()
+        labels = [ln.get_label() for ln in _lines(ax)]
+        ours = ["naive MTP (ours)", "MRP (ours)"]
+        paper_lines = ["naive MTP (SDAR-4B, paper)", "MRP (SDAR-4B, paper)"] if b == "synth-math" else []
+        assert sorted(labels) == sorted(ours + paper_lines)
+        for ln in _lines(ax):
+            assert len(ln.get_xdata()) == len(LOOKAHEAD_K)
+        notes = [t.get_text() for t in ax.texts]
+        g = look[look["benchmark"] == b]
+        assert sorted(notes) == sorted(f"TPF {t:.1f}" for t in g["tpf"]) and len(notes) == 2 * len(LOOKAHEAD_K)
+    _save(fig, tmp_path, "lookahead")
+
+
+def test_remasking_figure_every_rule(tmp_path, runs):
+    t = paper.remasking_table(runs, rule=None, n_boot=10)
+    fig = plots.plot_remasking(t)
+    _not_empty(fig)
+    for ax in fig.axes:
+        lines = _lines(ax)
+        assert [ln.get_label() for ln in lines] == ["dynamic (no remasking)", "MRP remask (delta)", "MRP remask (tau)"]
+        assert all(len(ln.get_xdata()) == 4 for ln in lines)
+    with pytest.raises(ValueError, match="more than one row"):
+        plots.plot_remasking(pd.concat([t, t]))
+    _save(fig, tmp_path, "remasking")
+
+
+def test_training_curve_and_trajectory(tmp_path):
+    curve = pd.DataFrame({"step": [0, 5, 10], "train_loss": [1.0, 0.5, 0.3], "heldout_kl": [1.0, 0.6, 0.4]})
+    curve["heldout_uncorrected_kl"] = 1.0
+    fig = plots.plot_training_curve(curve)
+    assert [ln.get_label() for ln in _lines(fig.axes[0])] == ["train loss", "heldout kl", "heldout uncorrected kl"]
+    _save(fig, tmp_path, "curve")
     trace = [{"row": 0, "block": 1, "step": s, "kind": "reveal", "pos": 8 + s, "token": 5 + s} for s in range(8)]
     trace.append({"row": 0, "block": 1, "step": 2, "kind": "revoke", "pos": 9, "token": 6})
-    _fig(plots.plot_trajectory(trace), tmp_path, "trajectory")
-    _fig(plots.plot_trajectory([]), tmp_path, "trajectory_empty")
+    fig = plots.plot_trajectory(trace)
+    assert {c.get_label() for c in _scatters(fig.axes[0])} == {"reveal", "revoke"}
+    _save(fig, tmp_path, "trajectory")
+    _save(plots.plot_trajectory([]), tmp_path, "trajectory_empty")

@@ -1,6 +1,6 @@
 """The motivating observation (METHOD.md §2): a block's logits at adjacent denoising steps are similar.
 
-    from mrp_repro.adjacent import adjacent_step_similarity
+    from mrp_repro.measure.adjacent import adjacent_step_similarity
     df = adjacent_step_similarity(bb, problems, max_distance=4)
 
 Static decoding (one reveal per step, greedy) is run with a recording policy that
@@ -11,6 +11,9 @@ and top-1 agreement. The same is measured on a randomly initialised model of the
 same shape (labels "random init": std 0.02, the training init, whose logits are
 nearly uniform; "random init (std 1/sqrt(H))": sharper, input-dependent logits),
 each decoding its own trajectories.
+
+The figure and the claim read one subset and one statistic, the README's: SUBSET (positions with
+confidence < 0.99), median KL and top-1 agreement, TRAINED against RANDOM_BASELINE.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ import torch.nn.functional as F
 from mrp_repro.decoding import Static, masked_confidence, top_masked
 from mrp_repro.model import SDARModel
 
-__all__ = ["RecordingStatic", "adjacent_step_similarity", "step_pair_stats"]
+__all__ = ["RecordingStatic", "adjacent_step_similarity", "step_pair_stats", "SUBSET", "TRAINED", "RANDOM_BASELINE",
+           "ADJACENT_COLUMNS"]  # fmt: skip
+
+#: the subset, model labels and columns the figure and the claim read
+SUBSET = "conf<0.99"
+TRAINED = "trained"
+RANDOM_BASELINE = "random init (std 1/sqrt(H))"
+ADJACENT_COLUMNS = ["model", "subset", "distance", "kl_mean", "kl_median", "top1_agreement", "n_positions"]
 
 
 class RecordingStatic(Static):
@@ -101,13 +111,13 @@ def adjacent_step_similarity(
     probs = list(problems)[: n_problems or None]
     prompts = encode_prompts(backbone, probs)
     mnt = max_new_tokens or backbone.profile.decoding.max_new_tokens
-    models = [("trained", backbone.model)]
+    models = [(TRAINED, backbone.model)]
     if random_baseline:
         # std 0.02 (the training init) gives near-uniform, input-independent logits, a trivially
         # "similar" baseline; std 1/sqrt(H) gives input-dependent logits at a trained model's scale.
         cfg = backbone.model.config
         p = backbone.model.lm_head.weight
-        for label, std in (("random init", 0.02), ("random init (std 1/sqrt(H))", cfg.hidden_size**-0.5)):
+        for label, std in (("random init", 0.02), (RANDOM_BASELINE, cfg.hidden_size**-0.5)):
             g = torch.Generator().manual_seed(seed)
             rnd = SDARModel(cfg).init_weights(std, g)
             models.append((label, rnd.to(device=p.device, dtype=p.dtype).eval()))
@@ -127,9 +137,7 @@ def adjacent_step_similarity(
                     n_positions=int(x.shape[0]),
                 )
             )
-    df = pd.DataFrame(
-        rows, columns=["model", "subset", "distance", "kl_mean", "kl_median", "top1_agreement", "n_positions"]
-    )
+    df = pd.DataFrame(rows, columns=ADJACENT_COLUMNS)
     if df.empty:
-        df.loc[0] = ["trained", "all", 1, math.nan, math.nan, math.nan, 0]
+        df.loc[0] = [TRAINED, "all", 1, math.nan, math.nan, math.nan, 0]
     return df

@@ -1,0 +1,104 @@
+"""The speculative cost model: measured wall-time ratios of a verify and a head step to one backbone forward.
+
+    from mrp_repro.measure.cost import cost_model, with_cost_model
+    cm = cost_model(backbone.model, head, batch=32, block=8, Ks=[3, 5])   # {t_forward_s, verify_cost, head_cost}
+    summary = with_cost_model(stats.summarize(runs), cm)                  # + verify_cost, head_cost, predicted_speedup
+
+verify_cost[K] = packed K-candidate forward / one forward, head_cost = one head step (+ lm_head) / one
+forward, both measured at the decoding batch size. predicted speedup = static forwards / (forwards - rounds +
+rounds * verify_cost + head calls * head_cost), per prompt, counting block seeds and commits (head cost 0
+for the naive and oracle drafters); beside the measured speedup, the difference is per-round overhead
+outside the model (Python, sampling, bookkeeping). train_mrp uses cost_model for the head's cost ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+__all__ = ["cost_model", "with_cost_model", "cost_note"]
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _timed(fn, dev, repeats=5) -> float:
+    fn()
+    ts = []
+    for _ in range(repeats):
+        _sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        _sync(dev)
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+@torch.no_grad()
+def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4, repeats: int = 5) -> dict:
+    """Measured wall-time ratios to one forward_block at `batch` rows: verify_cost[K], head_cost."""
+    dev = model.lm_head.weight.device
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    C = context_blocks * block
+    ctx = torch.randint(3, V, (batch, C), generator=g).to(dev)
+    ids = torch.randint(3, V, (batch, block), generator=g).to(dev)
+    cpos = torch.arange(C, device=dev)[None].expand(batch, -1)
+    pos = (C + torch.arange(block, device=dev))[None].expand(batch, -1)
+    kv = torch.ones(batch, C, dtype=torch.bool, device=dev)
+    cache = model.new_cache(batch, C)
+    out = model.prefill(ctx, cpos, kv, cache, block)
+    t1 = _timed(lambda: model.forward_block(ids, pos, cache), dev, repeats)
+    res = {"t_forward_s": t1, "verify_cost": {}}
+    for K in Ks:
+        cand = ids[:, None].expand(batch, K, block).contiguous()
+        res["verify_cost"][K] = _timed(lambda c=cand: model.forward_candidates(c, pos, cache), dev, repeats) / t1
+    res["head_cost"] = math.nan
+    if head is not None:
+        hcache = head.new_cache(batch, C)
+        head.commit(out.hidden, ctx, cpos, model.embed_tokens, hcache, key_valid=kv, block_size=block)
+        h = model.forward_block(ids, pos, cache).hidden
+        step = lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache))  # noqa: E731
+        res["head_cost"] = _timed(step, dev, repeats) / t1
+    return res
+
+
+def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:
+    """A summary (stats.summarize) plus verify_cost, head_cost and predicted_speedup (speculative rows)."""
+    need = ["model", "benchmark", "mode", "K", "drafter", "backbone_forwards", "rounds", "mrp_forwards"]
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise KeyError(f"with_cost_model needs summary column(s) {', '.join(missing)} (from stats.summarize)")
+    df = df.copy()
+    df["verify_cost"] = [cm["verify_cost"].get(int(k), math.nan) if m == "speculative" else math.nan
+                         for m, k in zip(df["mode"], df["K"], strict=True)]  # fmt: skip
+    df["head_cost"] = [cm["head_cost"] if dr == "mrp" else (0.0 if dr in ("naive", "oracle") else math.nan)
+                       for dr in df["drafter"]]  # fmt: skip
+    # Predicted time per prompt, in forwards: every forward costs 1 except a verify (verify_cost) and a head
+    # call (head_cost); block seeds and commits included. Static's time is its forward count.
+    static_t = df[df["mode"] == "static"].set_index(["model", "benchmark"])["backbone_forwards"]
+    spec_t = (
+        (df["backbone_forwards"] - df["rounds"])
+        + df["rounds"] * df["verify_cost"]
+        + df["mrp_forwards"] * df["head_cost"]
+    )
+    df["predicted_speedup"] = [
+        static_t.get((r.model, r.benchmark), math.nan) / t if r.mode == "speculative" else math.nan
+        for r, t in zip(df.itertuples(), spec_t, strict=True)
+    ]
+    df.attrs["cost_model"] = cm
+    return df
+
+
+def cost_note(cm: dict) -> str:
+    """One line under a table: the measured ratios and the predicted-speedup formula."""
+    vc = ", ".join(f"K={k}: {v:.2f}" for k, v in cm["verify_cost"].items())
+    return (f"Cost model (ratios to one forward of {cm['t_forward_s'] * 1e3:.2f} ms): verify {vc}; "
+            f"head step {cm['head_cost']:.2f}. predicted_speedup = static forwards / "
+            "(forwards - rounds + rounds·verify + head calls·head).")  # fmt: skip

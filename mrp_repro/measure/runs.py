@@ -1,0 +1,202 @@
+"""The grid: decode every problem with every decoding setting, score it, one runs record per (prompt, setting).
+
+    from mrp_repro.measure.runs import collect_runs, settings_for, eval_problems
+    runs = collect_runs(profile, backbone, head)                        # every mode (the notebooks' runs frame)
+    runs = collect_runs(profile, backbone, head, settings=settings_for(profile, head, ("static", "speculative")),
+                        batch_size=1)                                   # the latency regime of 05
+
+The only producer of runs frames; the columns are mrp_repro.measure.schema.RUN_COLUMNS. Summaries are
+mrp_repro.measure.stats.summarize; tables and figures live in mrp_repro.report.
+
+Settings (METHOD.md §1, §3-5): static(1); dynamic(tau) for the profile thresholds; speculative K in
+decoding.speculative_k x drafter {mrp, oracle, naive}; direct steps {1, 2} + decoding.lookahead_k;
+naive lookahead K in decoding.lookahead_k (reveals K + 1 tokens per forward); remask tau in
+{0.5, 0.3} + thresholds x decoding.remask_rules.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import pandas as pd
+
+from mrp_repro.decoding import (
+    DRAFTERS,
+    REMASK_RULES,
+    Direct,
+    Dynamic,
+    NaiveLookahead,
+    Policy,
+    Remask,
+    Speculative,
+    Static,
+)
+from mrp_repro.measure.schema import MODES, RUN_COLUMNS
+from mrp_repro.tasks import synthetic
+
+__all__ = ["PROFILE_MODEL", "model_for_profile", "score_problem", "eval_problems", "settings_for", "run_setting",
+           "collect_runs", "decode_events"]  # fmt: skip
+
+#: profile name -> model name as the paper writes it (other profiles: the profile name, e.g. "tiny")
+PROFILE_MODEL = {"sdar-1.7b": "SDAR-1.7B", "sdar-4b": "SDAR-4B", "sdar-8b": "SDAR-8B"}
+
+
+def model_for_profile(profile) -> str:
+    """The model name our runs carry: SDAR-8B for sdar-8b, else the profile name (tiny, smoke)."""
+    name = profile if isinstance(profile, str) else profile.name
+    return PROFILE_MODEL.get(name, name)
+
+
+def score_problem(problem, text: str) -> dict:
+    """{"correct", "valid_chain" (NaN for real benchmarks), "extracted", "sandbox"} for one output."""
+    b = problem.benchmark
+    if b in synthetic.TASKS:
+        return {"sandbox": "", **synthetic.score(problem, text)}
+    from mrp_repro.tasks import extract
+
+    if b in ("gsm8k", "math500"):
+        r = extract.score_math(text, problem.reference)
+    elif b in ("humaneval", "mbpp"):
+        r = extract.score_code(text, problem)
+    else:
+        raise ValueError(f"no scorer for benchmark {b!r}; add one to measure.runs.score_problem")
+    return {"correct": bool(r["correct"]), "valid_chain": math.nan, "extracted": r.get("extracted"),
+            "sandbox": r.get("sandbox", "")}  # fmt: skip
+
+
+def eval_problems(profile, task: str | None = None, n: int | None = None) -> list:
+    """Held-out problems of one task (or of every evaluation.benchmarks entry): the test split of a
+    synthetic task, or the first n of a real benchmark (n defaults to evaluation.n_prompts)."""
+    from mrp_repro.runtime import data_dir
+    from mrp_repro.tasks import benchmarks
+
+    if task is None:
+        return [p for t in profile.evaluation.benchmarks for p in eval_problems(profile, t, n)]
+    n = n if n is not None else profile.evaluation.n_prompts
+    if task in synthetic.TASKS:
+        return synthetic.generate(task, "test", n or profile.data.n_eval or 200, profile.data.seed, profile.block_size)
+    return benchmarks.load_benchmark(task, data_dir(profile), limit=n)
+
+
+def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str, Policy]]:
+    """(mode, policy) of every benchmarked setting of the given modes; the MRP settings only with a head."""
+    bad = set(modes) - set(MODES)
+    if bad:
+        raise ValueError(f"unknown mode(s) {sorted(bad)}; valid: {', '.join(MODES)}")
+    d = profile.decoding
+    out: list[tuple[str, Policy]] = [("static", Static(1))]
+    out += [("dynamic", Dynamic(t)) for t in d.thresholds]
+    for K in d.speculative_k:
+        out += [("speculative", Speculative(K, dr, head=head)) for dr in DRAFTERS if dr != "mrp" or head is not None]
+    if head is not None:  # direct steps 1/2 (the direct table) and every lookahead K (the lookahead table)
+        out += [("direct", Direct(s, head=head)) for s in sorted({1, 2, *d.lookahead_k})]
+    # The paper's lookahead K counts tokens beyond the backbone's own pick (its naive K = 1 row is below
+    # static, its MRP K = 1 row equals direct step 1), so naive lookahead K reveals K + 1 tokens.
+    out += [("naive", NaiveLookahead(k + 1)) for k in d.lookahead_k]
+    if head is not None:
+        for t in sorted({0.5, 0.3, *d.thresholds}, reverse=True):
+            for rule in (r for r in REMASK_RULES if r in d.remask_rules):
+                delta = {"delta": d.remask_delta, "logp-delta": d.remask_logp_delta}.get(rule)
+                out.append(("remask", Remask(t, rule, delta=delta, head=head)))
+    return [(m, p) for m, p in out if m in modes]
+
+
+def _setting_columns(mode: str, pol: Policy) -> dict:
+    """The schema's setting columns of one policy (NaN / '' where the mode has no such parameter)."""
+    K = {"speculative": lambda: pol.K, "direct": lambda: pol.steps, "naive": lambda: pol.k - 1}.get(mode)
+    return {
+        "mode": mode,
+        "setting": pol.name,
+        "K": float(K()) if K else math.nan,
+        "threshold": float(pol.tau) if mode in ("dynamic", "remask") else math.nan,
+        "rule": pol.rule if mode == "remask" else "",
+        "drafter": pol.drafter if mode == "speculative" else "",
+        "verify": str(getattr(pol, "verify", "")) if mode == "speculative" else "",
+    }
+
+
+def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_size: int, max_new_tokens: int,
+                model: str, progress: bool = False) -> pd.DataFrame:  # fmt: skip
+    """Decode every problem with `policy`; one runs record per problem, in the input order (identical_to_static
+    is left False: collect_runs fills it against the static run of the same problems).
+
+    Batches are formed after sorting by prompt length (less padding); wall_s is the batch's wall time split
+    evenly over its rows."""
+    from mrp_repro.backbone import decode, encode_prompts
+
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    prompts = encode_prompts(backbone, problems)
+    order = sorted(range(len(problems)), key=lambda i: (len(prompts[i]), i))
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc=policy.name, leave=False, dynamic_ncols=True)
+    setting = _setting_columns(mode, policy)
+    rows: dict[int, dict] = {}
+    for idx in batches:
+        t0 = time.perf_counter()
+        res = backbone.generate([prompts[i] for i in idx], policy, max_new_tokens)
+        wall = (time.perf_counter() - t0) / len(idx)
+        for j, i in enumerate(idx):
+            p, s = problems[i], res.stats[j]
+            text = decode(backbone, res.tokens[j])
+            sc = score_problem(p, text)
+            rows[i] = {
+                "model": model, "benchmark": p.benchmark, "problem_id": p.task_id, "prompt_index": i, **setting,
+                "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),
+                "extracted": sc["extracted"], "sandbox": sc.get("sandbox", ""), "text": text, "tokens": s.tokens,
+                "denoise_forwards": s.denoise_forwards, "commit_forwards": s.commit_forwards,
+                "mrp_forwards": s.mrp_forwards, "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
+                "revoked": s.revoked, "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall,
+                "identical_to_static": False,
+            }  # fmt: skip
+    return pd.DataFrame([rows[i] for i in range(len(problems))], columns=list(RUN_COLUMNS))
+
+
+def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
+                 settings: Sequence[tuple[str, Policy]] | None = None, batch_size: int | None = None,
+                 max_new_tokens: int | None = None, progress: bool = False) -> pd.DataFrame:  # fmt: skip
+    """The runs frame: every setting (default settings_for(profile, head)) on the same problems of every
+    benchmark (default evaluation.benchmarks). static(1) runs first on each benchmark, since every other
+    setting's identical_to_static compares against it."""
+    d = profile.decoding
+    bs, max_new = batch_size or d.batch_size, max_new_tokens or d.max_new_tokens
+    settings = list(settings if settings is not None else settings_for(profile, head))
+    static = [s for s in settings if s[0] == "static"]
+    if len(static) != 1 or static[0][1].name != "static(1)":
+        raise ValueError("collect_runs needs exactly one static(1) setting (the reference of identical_to_static)")
+    settings = static + [s for s in settings if s[0] != "static"]
+    model = model_for_profile(profile)
+    frames = []
+    for bench in benchmarks or profile.evaluation.benchmarks:
+        problems = eval_problems(profile, bench, n_prompts)
+        ref = None
+        for mode, pol in settings:
+            df = run_setting(backbone, problems, mode, pol, bs, max_new, model, progress=progress)
+            ref = df["text"].to_numpy() if ref is None else ref
+            df["identical_to_static"] = df["text"].to_numpy() == ref
+            frames.append(df)
+            if progress:
+                tpf = df["tokens"].sum() / max(df["denoise_forwards"].sum(), 1)
+                print(f"[runs] {bench} {pol.name}: acc {100 * df['correct'].mean():.1f} tpf {tpf:.2f}", flush=True)
+    out = pd.concat(frames, ignore_index=True)
+    out["valid_chain"] = out["valid_chain"].astype(float)
+    out["K"] = out["K"].astype(float)
+    out["threshold"] = out["threshold"].astype(float)
+    return out
+
+
+def decode_events(backbone, policy, problems: list, max_new_tokens: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run one decoding policy on a few problems; returns (trace events, per-round accept lengths)."""
+    from mrp_repro.backbone import encode_prompts
+
+    bb = backbone
+    res = bb.generate(encode_prompts(bb, problems), policy, max_new_tokens)
+    trace = pd.DataFrame(res.trace, columns=["row", "block", "step", "kind", "pos", "token"])
+    acc = [{"row": r, "round": i, "accept_length": a} for r, s in enumerate(res.stats)
+           for i, a in enumerate(s.accept_lengths)]  # fmt: skip
+    return trace, pd.DataFrame(acc, columns=["row", "round", "accept_length"])

@@ -1,0 +1,401 @@
+"""The paper's reported numbers, and our results in the paper's table shapes.
+
+    from mrp_repro.report import paper
+    paper.load("remasking")                          # the paper's table (DataFrame), from package data
+    paper.remasking_table(runs, n_boot=1000)         # ours, same rows/columns, CI, paper beside
+    paper.save_result(profile, "modes_runs", runs); paper.load_result(profile, "modes_runs")
+
+The paper's numbers (arXiv 2605.18817 v2 abstract + the authors' blog) ship as package data in
+``mrp_repro/paper_data/*.csv`` (see SOURCE.md there).
+
+Our results are runs frames in the schema of mrp_repro.measure.schema (one record per prompt and decoding
+setting, from mrp_repro.measure.runs.collect_runs), read here by exact column name. On the tiny/smoke
+profiles the model is the profile name and the benchmarks are the synthetic tasks, compared with the
+paper's benchmarks through BENCHMARK_MAP; the paper column then quotes the table's reference model
+(REFERENCE_MODEL), named in the ``paper_model`` column. Accuracies and gains are in percent, every CI a
+``<metric>_lo`` / ``<metric>_hi`` pair.
+
+Every notebook stores its results under ``runs/<profile>/results-<profile hash>-<schema>/`` with the file
+names in RESULTS, so 09_claims reads what 01-07 wrote and a changed profile (or runs schema) never reads
+stale numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from mrp_repro.measure import stats
+from mrp_repro.measure.runs import PROFILE_MODEL
+from mrp_repro.measure.schema import require
+
+if TYPE_CHECKING:
+    from mrp_repro.config import Profile
+
+__all__ = [
+    "TABLES", "BENCHMARK_MAP", "PROFILE_MODEL", "REFERENCE_MODEL", "RESULTS", "RESULTS_SCHEMA", "load",
+    "paper_model", "backbone_table", "modes_table", "remasking_table", "speculative_table", "direct_table",
+    "lookahead_table", "results_dir", "result_path", "save_result", "load_result", "cached_result",
+    "split_runs", "load_results", "mrp_curve_frame",
+]  # fmt: skip
+
+TABLES = ("remasking", "speculative", "direct", "lookahead")
+
+#: our benchmark -> the paper benchmark it stands in for (defined once, here)
+BENCHMARK_MAP = {
+    "synth-math": "gsm8k",
+    "synth-code": "humaneval",
+    "gsm8k": "gsm8k",
+    "math500": "math500",
+    "humaneval": "humaneval",
+    "mbpp": "mbpp",
+}
+
+#: the paper model each table is compared against when our model is not in the paper (tiny, smoke)
+REFERENCE_MODEL = {"remasking": "SDAR-1.7B", "speculative": "SDAR-4B", "direct": "SDAR-8B", "lookahead": "SDAR-4B"}
+
+#: result files written by the notebooks, read by 09_claims: name -> (notebook, what)
+RESULTS = {
+    "environment": ("00_environment", "versions, device, provenance (one row per key)"),
+    "backbone": ("01_backbone", "backbone table: static and dynamic(tau) per benchmark (stats.summarize)"),
+    "backbone_runs": ("01_backbone", "runs frame: static + dynamic(tau)"),
+    "backbone_curve": ("01_backbone", "backbone training loss curve"),
+    "trajectories": ("02_trajectories", "trajectory collection summary"),
+    "adjacent": ("03_adjacent_step_logits", "KL / top-1 agreement by step distance and subset, trained vs random"),
+    "mrp_curve": ("04_train_mrp", "MRP training curve: train / held-out KL, uncorrected baseline"),
+    "speculative_runs": ("05_speculative", "runs frame at batch 1: static + speculative(K, every drafter)"),
+    "modes_runs": ("05_speculative", "runs frame of every mode at the decoding batch size (05-07 share it)"),
+    "trace": ("07_remasking", "engine trace of one remasking generation"),
+}
+
+#: bumped when the runs schema changes, so cached results of an older schema are never read
+RESULTS_SCHEMA = "runs-v2"
+
+#: the modes of each table's slice of modes_runs (split_runs)
+RUN_SPLITS = {
+    "direct_runs": ("static", "direct"),
+    "lookahead_runs": ("naive", "direct"),
+    "remasking_runs": ("dynamic", "remask"),
+}
+
+
+# ----------------------------------------------------------------------------- the paper's numbers
+
+
+def load(table: str) -> pd.DataFrame:
+    """The paper's reported table (`remasking`, `speculative`, `direct`, `lookahead`)."""
+    if table not in TABLES:
+        raise ValueError(f"unknown paper table {table!r}; valid: {', '.join(TABLES)}")
+    with resources.files("mrp_repro.paper_data").joinpath(f"{table}.csv").open() as fh:
+        return pd.read_csv(fh)
+
+
+def paper_model(model: str, table: str) -> str:
+    """The paper model to quote beside ours: the same model if the paper reports it, else the reference."""
+    models = set(load(table)["model"])
+    return model if model in models else REFERENCE_MODEL[table]
+
+
+# ----------------------------------------------------------------------------- our tables
+
+#: the runs columns every table reads
+_BASE = ["model", "benchmark", "mode", "problem_id", "correct", "K", "threshold", "rule", "drafter", "batch_size"]
+_SPEED = ["tokens", "wall_s", "denoise_forwards", "commit_forwards"]
+
+
+def _one_setting(g: pd.DataFrame, what: str) -> pd.DataFrame:
+    """g itself if it holds one row per problem (one setting); else a ValueError naming what blended."""
+    dup = g["problem_id"].duplicated()
+    if dup.any():
+        raise ValueError(f"{what}: problem {g.loc[dup, 'problem_id'].iloc[0]!r} appears more than once; the rows "
+                         "blend several settings or batch sizes (select one before building the table)")  # fmt: skip
+    return g
+
+
+def _paired(a: pd.DataFrame, b: pd.DataFrame, cols: list[str], what: str) -> pd.DataFrame:
+    """Rows of a and b on the same problems (inner join on problem_id), suffixes _m (a) and _s (b)."""
+    a = _one_setting(a, what).set_index("problem_id")[cols]
+    b = _one_setting(b, what).set_index("problem_id")[cols]
+    return a.add_suffix("_m").join(b.add_suffix("_s"), how="inner")
+
+
+def _speed(g: pd.DataFrame, s: pd.DataFrame, n_boot, ci, seed, what: str) -> dict:
+    """Speedup of runs g over static runs s on the same problems: wall clock (tokens/s) and backbone forwards."""
+    g = g.assign(backbone_forwards=g["denoise_forwards"] + g["commit_forwards"])
+    s = s.assign(backbone_forwards=s["denoise_forwards"] + s["commit_forwards"])
+    p = _paired(g, s, ["tokens", "wall_s", "backbone_forwards"], what)
+    row = {}
+    row["throughput_speedup"], row["throughput_speedup_lo"], row["throughput_speedup_hi"] = stats.ratio_ci(
+        p["tokens_m"], p["wall_s_m"], p["tokens_s"], p["wall_s_s"], n_boot, ci, seed
+    )
+    row["nfe_speedup"], row["nfe_speedup_lo"], row["nfe_speedup_hi"] = stats.ratio_ci(
+        p["tokens_m"], p["backbone_forwards_m"], p["tokens_s"], p["backbone_forwards_s"], n_boot, ci, seed
+    )
+    return row
+
+
+def _tpf(g: pd.DataFrame) -> float:
+    den = g["denoise_forwards"].sum()
+    return float(g["tokens"].sum() / den) if den > 0 else math.nan
+
+
+def _acc(row: dict, name: str, values, n_boot, ci, seed) -> None:
+    row[name], row[f"{name}_lo"], row[f"{name}_hi"] = stats.mean_ci(values, n_boot, ci, seed)
+
+
+def _static_of(runs: pd.DataFrame, model, bench, what: str) -> pd.DataFrame:
+    s = runs[(runs["mode"] == "static") & (runs["model"] == model) & (runs["benchmark"] == bench)]
+    if s.empty:
+        raise ValueError(f"{what}: no static rows for {model} / {bench}; collect_runs always runs static(1)")
+    return s
+
+
+def backbone_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Static and dynamic(tau) per benchmark: accuracy [CI] (%), valid chain (%), TPF, forwards, speedup."""
+    require(runs, stats.SUMMARY_NEEDS, "backbone_table")
+    s = stats.summarize(runs[runs["mode"].isin(["static", "dynamic"])], n_boot, ci, seed)
+    cols = ["model", "benchmark", "setting", "n", "accuracy", "accuracy_lo", "accuracy_hi", "valid_chain", "tpf",
+            "backbone_forwards", "tokens_per_s", "speedup"]  # fmt: skip
+    return s[cols].reset_index(drop=True)
+
+
+#: the columns of the every-mode table (modes.md)
+MODES_COLUMNS = ["model", "benchmark", "mode", "setting", "n", "accuracy", "accuracy_lo", "accuracy_hi",
+                 "backbone_forwards", "mrp_forwards", "tpf", "tokens_per_s", "speedup", "lossless",
+                 "tpf_share_of_oracle", "mean_accept", "revoked"]  # fmt: skip
+
+
+def modes_table(runs: pd.DataFrame, cost: dict | None = None, n_boot: int = 1000, ci: float = 0.95,
+                seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Every setting of a runs frame (stats.summarize), with the cost model's columns when `cost` is given."""
+    from mrp_repro.measure.cost import with_cost_model
+
+    s = stats.summarize(runs, n_boot, ci, seed)
+    cols = list(MODES_COLUMNS)
+    if cost is not None:
+        s = with_cost_model(s, cost)
+        cols += ["verify_cost", "head_cost", "predicted_speedup"]
+    out = s[cols].reset_index(drop=True)
+    out.attrs = s.attrs
+    return out
+
+
+def _with_paper(ours: pd.DataFrame, table: str, keys: list[str], metrics: list[str],
+                on_extra: list[str] | None = None) -> pd.DataFrame:  # fmt: skip
+    """Join the paper's numbers beside ours on (paper model, paper benchmark, *on_extra: the keys other than
+    model and benchmark by default); columns: keys, then metric, lo, hi, paper_metric, the rest."""
+    ref = load(table)
+    ours = ours.copy()
+    ours["paper_model"] = [paper_model(m, table) for m in ours["model"]]
+    ours["paper_benchmark"] = ours["benchmark"].map(BENCHMARK_MAP)
+    ref = ref.rename(columns={"model": "paper_model", "benchmark": "paper_benchmark"})
+    ref = ref.rename(columns={m: f"paper_{m}" for m in metrics})
+    extra = on_extra if on_extra is not None else [k for k in keys if k not in ("model", "benchmark")]
+    on = ["paper_model", "paper_benchmark", *extra]
+    if "threshold" in on:  # floats: join on rounded values
+        ours["threshold"] = ours["threshold"].astype(float).round(3)
+        ref["threshold"] = ref["threshold"].astype(float).round(3)
+    out = ours.merge(ref[on + [f"paper_{m}" for m in metrics]], on=on, how="left")
+    cols = list(keys)
+    for m in metrics:
+        cols += [c for c in (m, f"{m}_lo", f"{m}_hi", f"paper_{m}") if c in out.columns]
+    rest = [c for c in out.columns if c not in cols and c not in ("paper_model", "paper_benchmark")]
+    return out[cols + rest + ["paper_model", "paper_benchmark"]]
+
+
+def _no_rows(what: str, need: str) -> ValueError:
+    return ValueError(f"{what}: the runs frame has no {need} rows (collect them with measure.runs.collect_runs)")
+
+
+def remasking_table(runs: pd.DataFrame, rule: str | None = "tau", n_boot: int = 1000, ci: float = 0.95,
+                    seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """τ sweep by model x benchmark: dynamic(τ) baseline vs MRP remask(τ, rule), paired gain (points) with CI.
+
+    ``rule=None`` keeps every remasking rule (one row per rule, column ``rule``)."""
+    what = "remasking_table"
+    require(runs, _BASE, what)
+    base, rem = runs[runs["mode"] == "dynamic"], runs[runs["mode"] == "remask"]
+    if rule is not None:
+        rem = rem[rem["rule"] == rule]
+    if rem.empty:
+        raise _no_rows(what, "remask" + (f" rule={rule}" if rule else ""))
+    rows = []
+    for (model, tau, bench, r), g in rem.groupby(["model", "threshold", "benchmark", "rule"]):
+        b = base[(base["model"] == model) & (base["benchmark"] == bench) & np.isclose(base["threshold"], tau)]
+        if b.empty:
+            raise ValueError(f"{what}: no dynamic({tau}) rows for {model} / {bench} to pair remask({tau}) with")
+        p = _paired(g, b, ["correct"], what)
+        row = {"model": model, "threshold": float(tau), "benchmark": bench, "rule": r, "n": len(p)}
+        _acc(row, "baseline_accuracy", p["correct_s"], n_boot, ci, seed)
+        _acc(row, "mrp_remask_accuracy", p["correct_m"], n_boot, ci, seed)
+        d = stats.paired_diff(p["correct_m"], p["correct_s"], n_boot, ci, seed)
+        row.update(gain=d["diff"], gain_lo=d["diff_lo"], gain_hi=d["diff_hi"], gain_p=d["p_value"])
+        rows.append(row)
+    keys = ["model", "threshold", "benchmark"]
+    ours = pd.DataFrame(rows).sort_values(["model", "rule", "benchmark", "threshold"])
+    out = _with_paper(ours, "remasking", keys, ["baseline_accuracy", "mrp_remask_accuracy"])
+    out["paper_gain"] = out["paper_mrp_remask_accuracy"] - out["paper_baseline_accuracy"]
+    cols = [c for c in out.columns if c != "paper_gain"]
+    i = cols.index("gain_hi") + 1
+    out = out[cols[:i] + ["paper_gain"] + cols[i:]]
+    if rule is not None:
+        out = out.drop(columns="rule")
+    return out.reset_index(drop=True)
+
+
+def speculative_table(runs: pd.DataFrame, drafter: str = "mrp", n_boot: int = 1000, ci: float = 0.95,
+                      seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Speculative(K, drafter) vs static per model x benchmark x K (every K: one row each): accuracy, static
+    accuracy, TPF, wall-clock and backbone-forward speedup with CI, identical_to_static (fraction of outputs
+    token-for-token equal to static: 1.0 = lossless). The paper reports one number per model x benchmark
+    ("up to"); it stands beside every K."""
+    what = "speculative_table"
+    require(runs, _BASE + _SPEED + ["identical_to_static"], what)
+    spec = runs[(runs["mode"] == "speculative") & (runs["drafter"] == drafter)]
+    if spec.empty:
+        raise _no_rows(what, f"speculative drafter={drafter}")
+    rows = []
+    for (model, bench, K), g in spec.groupby(["model", "benchmark", "K"]):
+        s = _static_of(runs, model, bench, what)
+        row = {"model": model, "benchmark": bench, "K": int(K), "n": len(g)}
+        _acc(row, "accuracy", g["correct"], n_boot, ci, seed)
+        row["static_accuracy"] = stats.mean_ci(s["correct"], 0)[0]
+        row["tpf"], row["static_tpf"] = _tpf(g), _tpf(s)
+        row.update(_speed(g, s, n_boot, ci, seed, what))
+        row["identical_to_static"] = float(g["identical_to_static"].astype(float).mean())
+        rows.append(row)
+    ours = pd.DataFrame(rows).sort_values(["model", "benchmark", "K"])
+    out = _with_paper(ours, "speculative", ["model", "benchmark", "K"], ["accuracy", "throughput_speedup"], [])
+    return out.reset_index(drop=True)
+
+
+def direct_table(runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Direct mode: baseline (static) vs MRP step 1/2 (``steps``: K of direct rows), accuracy, TPF and speedup,
+    per model x benchmark."""
+    what = "direct_table"
+    require(runs, _BASE + _SPEED, what)
+    static = runs[runs["mode"] == "static"]
+    direct = runs[(runs["mode"] == "direct") & runs["K"].isin(list(steps))]
+    if static.empty or direct.empty:
+        raise _no_rows(what, "static and direct(steps in " + str(tuple(steps)) + ")")
+    rows = []
+    for (model, bench), s in static.groupby(["model", "benchmark"]):
+        row = {"model": model, "setting": "baseline", "benchmark": bench, "n": len(s)}
+        _acc(row, "accuracy", s["correct"], n_boot, ci, seed)
+        row["tpf"] = _tpf(s)
+        row.update(_speed(s, s, 0, ci, seed, what))
+        rows.append(row)
+    for (model, bench, st), g in direct.groupby(["model", "benchmark", "K"]):
+        s = _static_of(runs, model, bench, what)
+        row = {"model": model, "setting": f"mrp_step{int(st)}", "benchmark": bench, "n": len(g)}
+        _acc(row, "accuracy", g["correct"], n_boot, ci, seed)
+        row["tpf"] = _tpf(g)
+        row.update(_speed(g, s, n_boot, ci, seed, what))
+        rows.append(row)
+    ours = pd.DataFrame(rows).sort_values(["model", "setting", "benchmark"])
+    keys = ["model", "setting", "benchmark"]
+    return _with_paper(ours, "direct", keys, ["accuracy", "throughput_speedup"]).reset_index(drop=True)
+
+
+def lookahead_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """Naive MTP vs MRP by lookahead K: accuracy (CI) and the TPF it reaches, per model x benchmark x method x K.
+
+    Lookahead K = tokens revealed per backbone forward beyond the backbone's own pick (the schema's K):
+    naive_mtp = mode "naive" (K + 1 tokens from the same uncorrected logits), mrp = mode "direct" (K MRP
+    steps). K = 0 would be static. TPF tells a reader why accuracy need not fall monotonically in K: at
+    block 8, K = 3 and K = 4 both reach TPF 4.0 (two forwards per block either way)."""
+    what = "lookahead_table"
+    require(runs, _BASE + _SPEED, what)
+    rows = []
+    for method, mode in (("naive_mtp", "naive"), ("mrp", "direct")):
+        for (model, bench, k), g in runs[runs["mode"] == mode].groupby(["model", "benchmark", "K"]):
+            row = {"model": model, "benchmark": bench, "method": method, "lookahead_k": int(k), "n": len(g)}
+            _acc(row, "accuracy", _one_setting(g, what)["correct"], n_boot, ci, seed)
+            row["tpf"] = _tpf(g)
+            rows.append(row)
+    if not rows:
+        raise _no_rows(what, "naive or direct")
+    ours = pd.DataFrame(rows).sort_values(
+        ["model", "benchmark", "method", "lookahead_k"], ascending=[True, True, False, True]
+    )
+    keys = ["model", "benchmark", "method", "lookahead_k"]
+    return _with_paper(ours, "lookahead", keys, ["accuracy"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- result files
+
+
+def results_dir(profile: Profile) -> Path:
+    """runs/<profile>/results-<profile hash>-<RESULTS_SCHEMA>/, created."""
+    from mrp_repro.runtime import runs_root
+
+    d = runs_root() / profile.name / f"results-{profile.hash}-{RESULTS_SCHEMA}"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def result_path(profile: Profile, name: str) -> Path:
+    if name not in RESULTS:
+        raise ValueError(f"unknown result {name!r}; valid: {', '.join(RESULTS)}")
+    return results_dir(profile) / f"{name}.csv"
+
+
+def save_result(profile: Profile, name: str, df: pd.DataFrame) -> Path:
+    """Write a result frame atomically (CSV) under results_dir(profile)."""
+    path = result_path(profile, name)
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return path
+
+
+def load_result(profile: Profile, name: str) -> pd.DataFrame | None:
+    """A result frame written by an earlier notebook on this profile, or None."""
+    path = result_path(profile, name)
+    return pd.read_csv(path) if path.exists() else None
+
+
+def cached_result(profile: Profile, name: str, compute) -> pd.DataFrame:
+    """The stored result `name`, else compute() (a DataFrame), stored, then returned."""
+    df = load_result(profile, name)
+    if df is None:
+        df = compute()
+        save_result(profile, name, df)
+        df = load_result(profile, name)  # the same dtypes whether computed now or read back
+    return df
+
+
+def split_runs(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A runs frame of every mode split into the slices of RUN_SPLITS (direct_runs, lookahead_runs, ...)."""
+    require(runs, ["mode"], "split_runs")
+    return {name: runs[runs["mode"].isin(modes)].reset_index(drop=True) for name, modes in RUN_SPLITS.items()}
+
+
+def load_results(profile: Profile) -> dict[str, pd.DataFrame]:
+    """Every result frame present for this profile (name -> DataFrame); modes_runs is split by RUN_SPLITS."""
+    out = {}
+    for name in RESULTS:
+        df = load_result(profile, name)
+        if df is not None:
+            out[name] = df
+    if "modes_runs" in out:
+        for name, df in split_runs(out["modes_runs"]).items():
+            out.setdefault(name, df)
+    return out
+
+
+def mrp_curve_frame(loss_curve: pd.DataFrame | str | Path) -> pd.DataFrame:
+    """train_mrp's loss_curve.csv (long: step, split, loss, heldout_kl, heldout_baseline_kl, ...) as one row per
+    step: step, train_loss, heldout_kl, heldout_uncorrected_kl (the baseline KL(B || A))."""
+    df = pd.read_csv(loss_curve) if not isinstance(loss_curve, pd.DataFrame) else loss_curve
+    require(df, ["step", "split", "loss"], "mrp_curve_frame")
+    train = df[df["split"] == "train"][["step", "loss"]].rename(columns={"loss": "train_loss"})
+    held = df[df["split"] == "heldout"]
+    keep = {"heldout_kl": "heldout_kl", "heldout_baseline_kl": "heldout_uncorrected_kl"}
+    held = held[["step", *[c for c in keep if c in held.columns]]].rename(columns=keep)
+    return train.merge(held, on="step", how="outer").sort_values("step").reset_index(drop=True)
