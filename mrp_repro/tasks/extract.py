@@ -11,7 +11,22 @@ Math (GSM8K, MATH500, synthetic math)
 2. the last "answer is X" (``The answer is 42.`` -> ``42``);
 3. the last "#### X" (GSM8K's own format);
 
-and returns ``None`` when none is present.  ``math_equal(pred, gold)`` first
+and returns ``None`` when none is present (``benchmark=None``, the synthetic
+tasks).  With ``benchmark=`` a benchmark's own rule applies when no box is
+present, following OpenCompass (``opencompass/datasets/gsm8k.py`` and
+``math.py`` at commit 96263b1a):
+
+- ``"gsm8k"``: OpenCompass ``gsm8k_postprocess`` cuts the text at
+  ``"Question:"`` and returns the LAST number (regex ``-?\\d+\\.\\d+|-?\\d+``),
+  ``"NULL"`` if none.  We do the same, except that thousands separators are
+  removed first (``1,234`` -> ``1234``; OpenCompass would return ``234``).
+- ``"math500"``: OpenCompass ``math_postprocess_v2`` returns the last box if
+  any; else, splitting the text at every ``.``, the FIRST piece that contains
+  "final answer" or "answer is", passed through ``normalize_final_answer``
+  (drops spaces and unit words, keeps the text after "answer is", the last
+  ``$...$``); else ``normalize_final_answer`` of the text before the first
+  ``.``.  We follow it literally, quirks included (``... answer is 0.5`` is cut
+  at the decimal point, as there).  ``math_equal(pred, gold)`` first
 compares normalised strings, then asks ``math_verify`` (``parse`` + ``verify``)
 whether the two are mathematically equal; both sides are wrapped in
 ``\\boxed{}`` (then ``$...$``) so that plain numbers, ``1,000``, ``\\$18``,
@@ -34,10 +49,14 @@ and appended to the prompt.  When the block does define the function, the
 prompt's import lines are put in front (models often drop
 ``from typing import List``).
 
-``score_code(output_text, problem)`` builds program = code + tests
-(``build_test_program``) and runs it in :mod:`mrp_repro.tasks.sandbox`.
+``score_code(output_text, problem)`` runs the code and the tests
+(``build_tests``) in :mod:`mrp_repro.tasks.sandbox`: the code as module
+``candidate`` (not ``__main__``), then the tests; correct only when the tests
+ran to completion (an early ``sys.exit(0)`` or ``unittest.main()`` fails).
 ``problem.reference`` holds the test code: HumanEval's ``check`` function (the
-call ``check(entry_point)`` is appended) or MBPP's imports + asserts.
+call ``check(entry_point)`` is appended) or MBPP's imports + asserts.  The
+result names the sandbox that scored it (``"sandbox"``: ``"bwrap"`` or
+``"guard-only"``).
 """
 
 from __future__ import annotations
@@ -46,13 +65,14 @@ import re
 import threading
 from typing import Any
 
-from mrp_repro.tasks.sandbox import run_program
+from mrp_repro.tasks.sandbox import run_program, sandbox_kind
 
 __all__ = [
     "extract_math_answer",
     "math_equal",
     "score_math",
     "extract_code",
+    "build_tests",
     "build_test_program",
     "score_code",
 ]
@@ -105,13 +125,122 @@ def _clean_tail(ans: str) -> str | None:
     return ans or None
 
 
-def extract_math_answer(text: str) -> str | None:
-    """The final answer of a math solution; see the module docstring."""
+MATH_BENCHMARKS = (None, "gsm8k", "math500")
+_NUMBER_RE = re.compile(r"-?\d+\.\d+|-?\d+")
+_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_OC_SUBSTITUTIONS = (
+    ("an ", ""),
+    ("a ", ""),
+    (".$", "$"),
+    ("\\$", ""),
+    ("\\ ", ""),
+    (" ", ""),
+    ("mbox", "text"),
+    (",\\text{and}", ","),
+    ("\\text{and}", ","),
+    ("\\text{m}", "\\text{}"),
+    ("\\le", "<"),
+)
+_OC_REMOVED = (
+    "square",
+    "ways",
+    "integers",
+    "dollars",
+    "mph",
+    "inches",
+    "ft",
+    "hours",
+    "km",
+    "units",
+    "\\ldots",
+    "sue",
+    "points",
+    "feet",
+    "minutes",
+    "digits",
+    "cents",
+    "degrees",
+    "cm",
+    "gm",
+    "pounds",
+    "meters",
+    "meals",
+    "edges",
+    "students",
+    "childrentickets",
+    "multiples",
+    "\\text{s}",
+    "\\text{.}",
+    "\\text{\ns}",
+    "\\text{}^2",
+    "\\text{}^3",
+    "\\text{\n}",
+    "\\text{}",
+    r"\mathrm{th}",
+    r"^\circ",
+    r"^{\circ}",
+    r"\;",
+    r",\!",
+    "{,}",
+    '"',
+    "\\dots",
+    "\n",
+    "\r",
+    "\f",
+)
+
+
+def _oc_normalize_final_answer(ans: str) -> str:
+    """OpenCompass ``normalize_final_answer`` (opencompass/datasets/math.py), step by step."""
+    for before, after in _OC_SUBSTITUTIONS:
+        ans = ans.replace(before, after)
+    for expr in _OC_REMOVED:
+        ans = ans.replace(expr, "")
+    ans = re.sub(r"(\\text\{)\((.*?)\)(\})", "\\2", ans)
+    ans = re.sub(r"(\\text\{)(.*?)(\})", "\\2", ans)
+    ans = re.sub(r"(\\textbf\{)(.*?)(\})", "\\2", ans)
+    ans = re.sub(r"(\\overline\{)(.*?)(\})", "\\2", ans)
+    ans = re.sub(r"(\\boxed\{)(.*)(\})", "\\2", ans)
+    for pattern in (r"finalansweris(.*)", r"answer?is:?(.*)", r"oxed\{(.*?)\}", r"\$(.*?)\$"):
+        hits = re.findall(pattern, ans)
+        if hits:
+            ans = hits[-1]
+    ans = ans.strip()
+    if "rac" in ans and "\\frac" not in ans:
+        ans = ans.replace("rac", "\\frac")
+    ans = re.sub(r"(frac)([^{])(.)", "frac{\\2}{\\3}", ans)
+    ans = re.sub(r"(sqrt)([^{])", "sqrt{\\2}", ans)
+    ans = ans.replace("$", "")
+    if ans.replace(",", "").isdigit():
+        ans = ans.replace(",", "")
+    return ans
+
+
+def _gsm8k_fallback(text: str) -> str | None:
+    numbers = _NUMBER_RE.findall(_THOUSANDS_RE.sub("", text.split("Question:")[0]))
+    return numbers[-1] if numbers else None
+
+
+def _math500_fallback(text: str) -> str | None:
+    pieces = text.split(".")
+    chosen = next((p for p in pieces if re.search("final answer|answer is", p.lower())), pieces[0])
+    ans = _oc_normalize_final_answer(chosen)
+    return ans or None
+
+
+def extract_math_answer(text: str, benchmark: str | None = None) -> str | None:
+    """The final answer of a math solution; ``benchmark`` picks the no-box rule (module docstring)."""
+    if benchmark not in MATH_BENCHMARKS:
+        raise ValueError(f"extract_math_answer: unknown benchmark {benchmark!r}; valid: gsm8k, math500 or None")
     if not text:
         return None
     boxed = _last_boxed(text)
     if boxed is not None:
         return boxed
+    if benchmark == "gsm8k":
+        return _gsm8k_fallback(text)
+    if benchmark == "math500":
+        return _math500_fallback(text)
     hits = _ANSWER_IS_RE.findall(text)
     if hits:
         ans = _clean_tail(hits[-1])
@@ -172,9 +301,13 @@ def math_equal(pred: str | None, gold: str | None) -> bool:
     return False
 
 
-def score_math(output_text: str, gold: str) -> dict[str, Any]:
-    """``{"correct": bool, "extracted": str | None}`` for one math output."""
-    extracted = extract_math_answer(output_text)
+def score_math(output_text: str, gold: str, benchmark: str | None = None) -> dict[str, Any]:
+    """``{"correct": bool, "extracted": str | None}`` for one math output.
+
+    Pass ``benchmark="gsm8k"`` / ``"math500"`` for that benchmark's no-box rule
+    (``evaluate`` should pass ``benchmark=problem.benchmark``).
+    """
+    extracted = extract_math_answer(output_text, benchmark=benchmark)
     return {"correct": extracted is not None and math_equal(extracted, gold), "extracted": extracted}
 
 
@@ -227,28 +360,39 @@ def extract_code(text: str, prompt: str | None = None, entry_point: str | None =
     return prompt.rstrip("\n") + "\n" + code
 
 
-def build_test_program(code: str, problem: Any) -> str:
-    """Program that exits 0 iff ``code`` passes ``problem.reference``'s tests."""
-    tests = problem.reference
-    program = code.rstrip() + "\n\n\n" + tests.rstrip() + "\n"
+def build_tests(problem: Any) -> str:
+    """The test code run after the candidate: ``problem.reference`` (+ ``check(entry_point)``)."""
+    tests = problem.reference.rstrip() + "\n"
     if re.search(r"^def\s+check\s*\(", tests, re.MULTILINE) and problem.entry_point:
-        program += f"\n\ncheck({problem.entry_point})\n"
-    return program
+        tests += f"\n\ncheck({problem.entry_point})\n"
+    return tests
+
+
+def build_test_program(code: str, problem: Any) -> str:
+    """One source with ``code`` then the tests (for reading; scoring runs them separately)."""
+    return code.rstrip() + "\n\n\n" + build_tests(problem)
 
 
 def score_code(
-    output_text: str, problem: Any, timeout_s: float = 10.0, memory_mb: int = 1024
+    output_text: str, problem: Any, timeout_s: float = 10.0, memory_mb: int = 1024, sandbox: str | None = None
 ) -> dict[str, Any]:
-    """``{"correct", "extracted", "status"}`` for one code output.
+    """``{"correct", "extracted", "status", "sandbox"}`` for one code output.
 
     ``status`` is the sandbox status, or ``"no_code"`` when no fenced block
-    was found (then nothing is run).
+    was found (then nothing is run).  ``sandbox`` overrides ``$MRP_REPRO_SANDBOX``.
     """
     prompt = None
     if problem.benchmark == "humaneval":
         prompt = problem.extra.get("prompt", problem.prompt_text)
     extracted = extract_code(output_text, prompt=prompt, entry_point=problem.entry_point if prompt else None)
     if extracted is None:
-        return {"correct": False, "extracted": None, "status": "no_code"}
-    result = run_program(build_test_program(extracted, problem), timeout_s=timeout_s, memory_mb=memory_mb)
-    return {"correct": result.status == "passed", "extracted": extracted, "status": result.status}
+        return {"correct": False, "extracted": None, "status": "no_code", "sandbox": sandbox_kind(sandbox)}
+    result = run_program(
+        extracted, tests=build_tests(problem), timeout_s=timeout_s, memory_mb=memory_mb, sandbox=sandbox
+    )
+    return {
+        "correct": result.status == "passed",
+        "extracted": extracted,
+        "status": result.status,
+        "sandbox": result.sandbox,
+    }
