@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from mrp_repro.adjacent import adjacent_step_similarity, step_pair_stats
 from mrp_repro.backbone import random_backbone
-from mrp_repro.evaluate import eval_problems
+from mrp_repro.measure.adjacent import (
+    ADJACENT_COLUMNS,
+    RANDOM_BASELINE,
+    SUBSET,
+    TRAINED,
+    adjacent_step_similarity,
+    step_pair_stats,
+)
+from mrp_repro.measure.runs import eval_problems
 
 
 def test_step_pair_stats_identity_and_range():
@@ -25,8 +32,10 @@ def test_adjacent_step_similarity_sane(smoke_profile):
     bb = random_backbone(smoke_profile, std=0.5)
     probs = eval_problems(smoke_profile, "synth-code", 3) + eval_problems(smoke_profile, "synth-math", 3)
     df = adjacent_step_similarity(bb, probs, max_distance=3, n_problems=6, batch_size=4, max_new_tokens=16)
-    assert set(df.columns) >= {"model", "subset", "distance", "kl_mean", "top1_agreement", "n_positions"}
-    assert {"trained", "random init"} <= set(df["model"])
+    assert list(df.columns) == ADJACENT_COLUMNS
+    assert set(df["model"]) == {TRAINED, "random init", RANDOM_BASELINE}  # the labels figure and claim select
+    assert set(df["subset"]) == {"all", SUBSET}
+    assert not df.duplicated(["model", "subset", "distance"]).any()  # one row per series point
     assert set(df["distance"]) == {1, 2, 3}
     assert (df["kl_mean"] >= 0).all() and df["top1_agreement"].between(0, 1).all()
     assert (df["n_positions"] > 0).all()

@@ -1,0 +1,134 @@
+"""measure.runs: the grid's records follow the schema, in input order, scored; the backbone table; backbone
+loading and caching."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from mrp_repro.backbone import Backbone, decode, encode_prompts, load_for_profile
+from mrp_repro.backbone import random_backbone as _random_backbone
+from mrp_repro.decoding import Dynamic, Static
+from mrp_repro.measure.runs import collect_runs, eval_problems, run_setting, score_problem, settings_for
+from mrp_repro.measure.schema import MODES, RUN_COLUMNS
+from mrp_repro.tasks import synthetic
+
+
+def random_backbone(profile) -> Backbone:
+    return _random_backbone(profile, std=0.5)
+
+
+@pytest.fixture(scope="module")
+def rb():
+    from mrp_repro.config import load_profile
+
+    return random_backbone(load_profile("smoke"))
+
+
+def test_run_setting_schema_and_order(rb):
+    probs = eval_problems(rb.profile, "synth-code", 5) + eval_problems(rb.profile, "synth-math", 4)
+    probs = probs[::-1]  # mixed prompt lengths, out of length order
+    df = run_setting(rb, probs, "static", Static(1), batch_size=3, max_new_tokens=16, model="smoke")
+    assert list(df.columns) == list(RUN_COLUMNS)
+    assert list(df["problem_id"]) == [p.task_id for p in probs] and list(df["prompt_index"]) == list(range(9))
+    assert (df["setting"] == "static(1)").all() and (df["mode"] == "static").all() and df["K"].isna().all()
+    assert (df["tokens"] <= df["denoise_forwards"]).all() and (df["wall_s"] > 0).all()
+    assert df["correct"].dtype == bool and (df["batch_size"] == 3).all() and (df["sandbox"] == "").all()
+    for p, (_, r) in zip(probs, df.iterrows(), strict=True):
+        assert score_problem(p, r["text"])["correct"] == r["correct"]
+    dyn = run_setting(rb, probs, "dynamic", Dynamic(0.5), batch_size=4, max_new_tokens=16, model="smoke")
+    assert (dyn["denoise_forwards"] >= 1).all() and (dyn["threshold"] == 0.5).all()
+    with pytest.raises(ValueError, match="unknown mode"):
+        run_setting(rb, probs, "naive_lookahead", Static(2), 4, 16, "smoke")
+
+
+def test_settings_columns_follow_the_papers_k(smoke_profile):
+    """naive lookahead K reveals K + 1 tokens; direct K = MRP steps; K is NaN off speculative/direct/naive."""
+    from mrp_repro.measure.runs import _setting_columns
+
+    head = object()  # settings_for only passes the head on
+    got = {(m, p.name): _setting_columns(m, p) for m, p in settings_for(smoke_profile, head)}
+    assert {m for m, _ in got} == set(MODES)
+    for (m, name), cols in got.items():
+        if m == "naive":
+            assert name == f"naive_lookahead({int(cols['K']) + 1})"
+        if m == "speculative":
+            assert cols["drafter"] in ("mrp", "oracle", "naive") and cols["K"] == 3
+        if m in ("static", "dynamic", "remask"):
+            assert math.isnan(cols["K"])
+    assert {m for m, _ in settings_for(smoke_profile, None)} == {"static", "dynamic", "speculative", "naive"}
+    with pytest.raises(ValueError, match="unknown mode"):
+        settings_for(smoke_profile, None, ("naive_lookahead",))
+
+
+def test_collect_runs_identical_to_static(rb):
+    p = rb.profile
+    settings = settings_for(p, None, ("static", "dynamic", "speculative"))
+    runs = collect_runs(p, rb, None, 3, ["synth-code"], settings, batch_size=2, max_new_tokens=12)
+    assert list(runs.columns) == list(RUN_COLUMNS) and runs["model"].eq("smoke").all()
+    static = runs[runs["mode"] == "static"]
+    assert static["identical_to_static"].all()
+    spec = runs[runs["mode"] == "speculative"]  # lossless by construction
+    assert len(spec) == 3 * 2 and spec["identical_to_static"].all() and (spec["K"] == 3).all()
+    assert set(spec["drafter"]) == {"oracle", "naive"}
+    with pytest.raises(ValueError, match="exactly one static"):
+        collect_runs(p, rb, None, 3, ["synth-code"], settings[1:], batch_size=2, max_new_tokens=12)
+
+
+def test_score_problem_synthetic_and_benchmark():
+    p = synthetic.generate("synth-math", "test", 1, 0, 8)[0]
+    assert score_problem(p, synthetic.canonical_answer(p))["correct"]
+    from mrp_repro.tasks.benchmarks import Problem
+
+    g = Problem("gsm8k/0", "gsm8k", "q", "42")
+    r = score_problem(g, "so #### 42")
+    assert r["correct"] and math.isnan(r["valid_chain"])
+
+
+def test_load_for_profile_trains_once_and_caches(smoke_profile, tmp_runs):
+    p = smoke_profile.replace({"backbone_training.steps": 4})
+    bb = load_for_profile(p, device="cpu", progress=False)
+    assert bb.path is not None and (bb.path.parent / "done.json").exists()
+    assert bb.mask_id == 1 and bb.eos_ids == [2] and bb.block_size == p.block_size
+    probs = eval_problems(p, "synth-code", 2)
+    ids = encode_prompts(bb, probs)
+    assert decode(bb, ids[0]) == probs[0].prompt_text
+    bb2 = load_for_profile(p, device="cpu", train_if_missing=False)
+    for (k, a), (_, b) in zip(bb.model.state_dict().items(), bb2.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
+
+
+def test_backbone_report_writes_tables(smoke_profile, tmp_runs):
+    from mrp_repro.report.bench import backbone_report
+    from mrp_repro.runtime import figures_dir
+
+    p = smoke_profile.replace({"backbone_training.steps": 2, "evaluation.n_prompts": 4})
+    s = backbone_report(p, progress=False, num_threads=1)
+    assert set(s["setting"]) == {"static(1)"} | {f"dynamic({t})" for t in p.decoding.thresholds}
+    assert (s.loc[s["setting"] == "static(1)", "speedup"] == 1.0).all()
+    out = figures_dir(p)
+    for f in ("backbone_modes.csv", "backbone_modes.md", "adjacent_steps.csv", "backbone_modes_rows.csv"):
+        assert (out / f).exists(), f
+    md = (out / "backbone_modes.md").read_text()
+    assert "accuracy_lo" not in md and " [" in md  # value [lo, hi], in percent
+    adj = pd.read_csv(out / "adjacent_steps.csv")
+    assert (adj["kl_median"] >= 0).all() and set(adj["subset"]) == {"all", "conf<0.99"}
+
+
+def test_load_for_profile_local_checkpoint(smoke_profile, tmp_path):
+    """A hub-format directory (config.json + safetensors + tokenizer) loads through model.source 'local'."""
+    from mrp_repro.checkpoint import save_backbone
+    from mrp_repro.tokenizer import save_tokenizer
+
+    rb = _random_backbone(smoke_profile, std=0.5)
+    d = tmp_path / "ckpt"
+    save_backbone(rb.model, d)
+    save_tokenizer(rb.tokenizer, d)
+    p = smoke_profile.replace({"model.source": "local", "model.local_dir": str(d)})
+    bb = load_for_profile(p, device="cpu")
+    assert bb.mask_id == rb.mask_id and bb.eos_ids == rb.eos_ids
+    for (k, a), (_, b) in zip(rb.model.state_dict().items(), bb.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), k
