@@ -175,3 +175,36 @@ def test_writes_inside_sandbox_are_allowed_and_cleaned_up():
 def test_output_is_truncated():
     r = run_program("print('x' * 200_000)\n")
     assert r.status == "passed" and len(r.stdout) < 20_000
+
+
+def test_bwrap_setup_failure_names_the_fix(monkeypatch, tmp_path):
+    from mrp_repro.tasks import sandbox
+
+    # A stand-in for bwrap on a machine without user namespaces: it fails before running anything.
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox, "_bwrap_binary", lambda: str(fake))
+    with pytest.raises(sandbox.SandboxUnavailable, match="MRP_REPRO_SANDBOX=guard-only"):
+        run_program("print(1)\n")
+
+
+def test_guard_only_is_an_explicit_opt_in(monkeypatch):
+    from mrp_repro.tasks.benchmarks import Problem
+    from mrp_repro.tasks.extract import score_code
+
+    prompt = "def add(a, b):\n"
+    he = Problem(
+        "HumanEval/x", "humaneval", prompt, "def check(c):\n    assert c(1, 2) == 3\n", "add", {"prompt": prompt}
+    )
+
+    monkeypatch.setenv("MRP_REPRO_SANDBOX", "guard-only")
+    r = run_program("assert 1 + 1 == 2\n")
+    assert r.status == "passed" and r.sandbox == "guard-only"
+    early = run_program("import sys\nsys.exit(0)\n")
+    assert early.status == "failed" and early.sandbox == "guard-only"
+    scored = score_code("```python\n    return a + b\n```", he)
+    assert scored["correct"] and scored["sandbox"] == "guard-only"
+    monkeypatch.setenv("MRP_REPRO_SANDBOX", "docker")
+    with pytest.raises(ValueError, match="valid: bwrap, guard-only"):
+        run_program("pass\n")
