@@ -8,7 +8,8 @@
 The only producer of runs frames; the columns are mrp_repro.measure.schema.RUN_COLUMNS. Summaries are
 mrp_repro.measure.stats.summarize; tables and figures live in mrp_repro.report.
 
-Settings (METHOD.md §1, §3-5): static(1); dynamic(tau) for the profile thresholds; speculative K in
+Settings (METHOD.md §1, §3-5): static(1); dynamic(tau) for the profile thresholds (with a head: also every
+remasking tau, the remask rows' paired baseline); speculative K in
 decoding.speculative_k x drafter {mrp, oracle, naive}; direct steps {1, 2} + decoding.lookahead_k;
 naive lookahead K in decoding.lookahead_k (reveals K + 1 tokens per forward); remask tau in
 {0.5, 0.3} + thresholds x decoding.remask_rules.
@@ -86,8 +87,10 @@ def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str,
     if bad:
         raise ValueError(f"unknown mode(s) {sorted(bad)}; valid: {', '.join(MODES)}")
     d = profile.decoding
+    remask_taus = sorted({0.5, 0.3, *d.thresholds}, reverse=True)
     out: list[tuple[str, Policy]] = [("static", Static(1))]
-    out += [("dynamic", Dynamic(t)) for t in d.thresholds]
+    # with a head, dynamic(tau) at every remasking tau too: remask(tau) is paired with it (the remasking table)
+    out += [("dynamic", Dynamic(t)) for t in (remask_taus if head is not None else d.thresholds)]
     for K in d.speculative_k:
         out += [("speculative", Speculative(K, dr, head=head)) for dr in DRAFTERS if dr != "mrp" or head is not None]
     if head is not None:  # direct steps 1/2 (the direct table) and every lookahead K (the lookahead table)
@@ -96,7 +99,7 @@ def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str,
     # static, its MRP K = 1 row equals direct step 1), so naive lookahead K reveals K + 1 tokens.
     out += [("naive", NaiveLookahead(k + 1)) for k in d.lookahead_k]
     if head is not None:
-        for t in sorted({0.5, 0.3, *d.thresholds}, reverse=True):
+        for t in remask_taus:
             for rule in (r for r in REMASK_RULES if r in d.remask_rules):
                 delta = {"delta": d.remask_delta, "logp-delta": d.remask_logp_delta}.get(rule)
                 out.append(("remask", Remask(t, rule, delta=delta, head=head)))

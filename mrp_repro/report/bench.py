@@ -114,4 +114,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()  # becomes `from mrp_repro.cli import run_cli; run_cli(main)` once mrp_repro/cli.py exists
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)
