@@ -59,13 +59,15 @@ class Backbone:
     def device(self) -> torch.device:
         return self.model.lm_head.weight.device
 
-    def generate(self, prompts: list[list[int]], policy, max_new_tokens: int, model: SDARModel | None = None):
+    def generate(
+        self, prompts: list[list[int]], policy, max_new_tokens: int, model: SDARModel | None = None, **engine_options
+    ):
         """decoding.generate with this backbone's block size and special ids (`model` swaps in another
-        model of the same tokenizer, e.g. a random init)."""
+        model of the same tokenizer, e.g. a random init; `engine_options` go to decoding.generate as they are)."""
         from mrp_repro.decoding import generate
 
         return generate(model or self.model, prompts, policy, self.block_size, self.mask_id, self.eos_ids,
-                        max_new_tokens, pad_id=self.pad_id)  # fmt: skip
+                        max_new_tokens, pad_id=self.pad_id, **engine_options)  # fmt: skip
 
 
 def backbone_dir(profile: Profile) -> Path:
