@@ -10,6 +10,7 @@ Attention paths, all through `SDARModel.forward` with an explicit boolean mask:
   (a) `prefill`            whole blocks, block-causal, writes the KV cache
   (b) `forward_block`      the current block, reads the cache, does not write it
   (c) `commit_block`       a finished block, written into the cache
+  (e) `commit_and_forward` a finished block's commit fused into the next block's first forward
   (d) `forward_candidates` M candidate states of one block in one verify, by one of VERIFY_PATHS:
         "fold"   the M candidates folded into the batch (B*M rows over the shared cache, expanded,
                  not copied): each row runs exactly forward_block's shapes and reduction order, so
@@ -58,16 +59,8 @@ class ModelConfig:
         return asdict(self)
 
 
-# Sizes from the SDAR/Qwen3 model cards (METHOD.md §1); hub config.json wins when loading.
-PRESETS: dict[str, ModelConfig] = {
-    "sdar-1.7b": ModelConfig(151936, 2048, 6144, 28, 16, 8, 128),
-    "sdar-4b": ModelConfig(151936, 2560, 9728, 36, 32, 8, 128),
-    "sdar-8b": ModelConfig(151936, 4096, 12288, 36, 32, 8, 128),
-}
-
-
 class ModelOutput(NamedTuple):
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor | None  # (B, T, V); None from a commit asked for no logits (with_logits=False)
     hidden: torch.Tensor  # (B, T, H) final post-norm hidden states
 
 
@@ -252,19 +245,26 @@ class SDARModel(nn.Module):
         write_cache: bool = False,
         key_valid: torch.Tensor | None = None,  # (B, T): which new keys are real, when writing
         fold: int = 1,  # > 1: input row i reads cache row i // fold (read-only)
+        write_len: int | None = None,  # write only the first write_len keys (a fused commit); None: all T
+        with_logits: bool = True,  # False: skip lm_head (a commit's logits are never read)
+        logits_from: int = 0,  # lm_head over positions >= logits_from only (a fused commit's new block)
     ) -> ModelOutput:
         if fold > 1 and write_cache:
             raise ValueError("a folded forward reads the cache; it cannot write it (use fold=1)")
         x = self.embed_tokens(input_ids)  # (B, T, H)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
+        W = input_ids.shape[1] if write_len is None else write_len
         for i, layer in enumerate(self.layers):
             x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None, fold)
             if write_cache:
-                cache.write(i, k, v)
+                cache.write(i, k[:, :, :W], v[:, :, :W])
         if write_cache:
-            cache.advance(key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool))
+            kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
+            cache.advance(kv[:, :W])
         hidden = self.norm(x)
-        return ModelOutput(self.lm_head(hidden), hidden)
+        if not with_logits:
+            return ModelOutput(None, hidden)
+        return ModelOutput(self.lm_head(hidden[:, logits_from:] if logits_from else hidden), hidden)
 
     # -- the four attention paths -------------------------------------------------------------
     def _cache_keys(self, cache: KVCache | None, B: int, T: int, device, fold: int = 1) -> torch.Tensor:
@@ -276,7 +276,9 @@ class SDARModel(nn.Module):
             valid = valid[:, None].expand(-1, fold, -1).flatten(0, 1)
         return valid[:, None, None, :].expand(B, 1, T, cache.length)
 
-    def prefill(self, input_ids, position_ids, key_valid, cache: KVCache, block_size: int) -> ModelOutput:
+    def prefill(
+        self, input_ids, position_ids, key_valid, cache: KVCache, block_size: int, with_logits: bool = True
+    ) -> ModelOutput:
         """(a) whole blocks, block-causal among themselves, after whatever the cache holds."""
         B, T = input_ids.shape
         if T % block_size:
@@ -284,7 +286,45 @@ class SDARModel(nn.Module):
         mask = torch.cat(
             [self._cache_keys(cache, B, T, input_ids.device), block_causal_mask(key_valid, block_size)], -1
         )
-        return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid)
+        return self(
+            input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid, with_logits=with_logits
+        )
+
+    def commit_and_forward(
+        self, prev_ids, prev_positions, prev_valid, input_ids, position_ids, cache: KVCache, key_valid=None
+    ) -> tuple[ModelOutput, ModelOutput]:
+        """(e) a fused commit: writes the finished block(s) prev_ids (B, P) into the cache (block-causal among
+        themselves, P a multiple of L = input_ids.shape[1]) and, in the same call, forwards the new block
+        (B, L) as forward_block would after that commit. The new block's keys are laid out exactly as in
+        that forward_block ([cache | prev | block]); only the query count differs (P + L rows).
+
+        Returns (prev: hidden only, logits None; block: logits and hidden)."""
+        B, P = prev_ids.shape
+        L = input_ids.shape[1]
+        if P % L:
+            raise ValueError(f"commit_and_forward commits whole blocks: {P} is not a multiple of block {L}")
+        kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        dev = input_ids.device
+        S = cache.length
+        old = self._cache_keys(cache, B, P + L, dev)  # (B, 1, P + L, S)
+        prev_rows = torch.cat(
+            [block_causal_mask(prev_valid, L), torch.zeros(B, 1, P, L, dtype=torch.bool, device=dev)], -1
+        )
+        own = kv[:, None, None, :].expand(B, 1, L, L) | torch.eye(L, dtype=torch.bool, device=dev)
+        new_rows = torch.cat([prev_valid[:, None, None, :].expand(B, 1, L, P), own], -1)
+        mask = torch.cat([old, torch.cat([prev_rows, new_rows], 2)], -1)
+        assert mask.shape[-1] == S + P + L
+        out = self(
+            torch.cat([prev_ids, input_ids], 1),
+            torch.cat([prev_positions, position_ids], 1),
+            mask,
+            cache,
+            write_cache=True,
+            key_valid=torch.cat([prev_valid, kv], 1),
+            write_len=P,
+            logits_from=P,
+        )
+        return ModelOutput(None, out.hidden[:, :P]), ModelOutput(out.logits, out.hidden[:, P:])
 
     def _block_mask(self, cache, key_valid, fold: int = 1):
         B, L = key_valid.shape
@@ -296,10 +336,11 @@ class SDARModel(nn.Module):
         kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
         return self(input_ids, position_ids, self._block_mask(cache, kv), cache)
 
-    def commit_block(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
+    def commit_block(self, input_ids, position_ids, cache: KVCache, key_valid=None, with_logits=True) -> ModelOutput:
         """(c) a finished block: same attention as (b), and its K/V are written into the cache."""
         kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
-        return self(input_ids, position_ids, self._block_mask(cache, kv), cache, write_cache=True, key_valid=kv)
+        mask = self._block_mask(cache, kv)
+        return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=kv, with_logits=with_logits)
 
     def forward_candidates(
         self, input_ids, position_ids, cache: KVCache, key_valid=None, verify: str = "exact"

@@ -65,28 +65,26 @@ DEFAULT_DELTA = {"delta": 2.0, "logp-delta": 1.0}
 
 # -- helpers ---------------------------------------------------------------------------------------
 def static_pick(logits: torch.Tensor, masked: torch.Tensor, mask_id: int):
-    """The backbone's static pick per row, exactly as `Static(1)` chooses it.
+    """The backbone's static pick per row, exactly as `Static(1)` chooses it (the most confident masked
+    slot, ties to the lowest index: torch's argmax returns the first maximum).
 
     -> pos (B,) (-1 where nothing is masked), tok (B,), and the full (tok, conf) of the logits."""
     tok, conf = masked_confidence(logits, masked, mask_id)
-    sel = top_masked(conf, masked, 1)
-    has = sel.any(1)
-    pos = torch.where(has, sel.to(torch.int8).argmax(1), torch.full_like(has, -1, dtype=torch.long))
+    pos = torch.where(masked.any(1), conf.argmax(1), -1)
     t = tok.gather(1, pos.clamp(min=0)[:, None]).squeeze(1)
     return pos, t, tok, conf
 
 
 def _set(ids: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
-    """ids with ids[r, pos[r]] = tok[r] where pos[r] >= 0 (a copy)."""
-    out = ids.clone()
-    rows = (pos >= 0).nonzero().flatten()
-    out[rows, pos[rows]] = tok[rows]
-    return out
+    """ids with ids[r, pos[r]] = tok[r] where pos[r] >= 0 (a copy; no host sync)."""
+    idx = pos.clamp(min=0)[:, None]
+    vals = torch.where(pos[:, None] >= 0, tok[:, None], ids.gather(1, idx))
+    return ids.clone().scatter_(1, idx, vals)
 
 
-def _trace(st: BlockState, kind: str, rows, pos, tok):
-    for r in rows:
-        st.trace.append(dict(row=r, block=st.block, step=st.step, kind=kind, pos=int(pos[r]), token=int(tok[r])))
+def _onehot(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """(B, L) bool with [r, pos[r]] set where pos[r] >= 0."""
+    return torch.zeros_like(ids, dtype=torch.bool).scatter_(1, pos.clamp(min=0)[:, None], (pos >= 0)[:, None])
 
 
 class MRPPolicy(Policy):
@@ -99,13 +97,15 @@ class MRPPolicy(Policy):
             return None
         return dict(model=model, cache=self.head.new_cache(batch, capacity), pending=[])
 
-    def on_commit(self, ctx, out, ids, positions, key_valid, cache_len_before):
+    def on_commit(self, ctx, out, ids, positions, key_valid):
         if ctx is not None:
             ctx["pending"].append((out.hidden, ids.clone(), positions, key_valid))
 
     def _flush(self, st: BlockState):
+        """Write pending commits into the head's cache: before the head's first use in a block, i.e. after the
+        block's first backbone() (which, with fuse_commit, is what commits the previous block)."""
         ctx = st.ctx
-        if ctx is None:
+        if ctx is None or not ctx["pending"]:
             return
         L = st.ids.shape[1]
         for hidden, ids, pos, kv in ctx["pending"]:
@@ -152,7 +152,9 @@ class Speculative(MRPPolicy):
     """verify: how the candidates are scored (model.VERIFY_PATHS). The default "exact" gives logits
     bitwise equal to Static(1)'s forward_block on the same state, so the output is token-identical to
     Static(1) in every dtype; "packed" (one block-diagonal call) rounds differently and can flip
-    near-ties in bf16 (rates: `python -m mrp_repro.decoding.mismatch`)."""
+    near-ties in bf16 (rates: `python -m mrp_repro.decoding.mismatch`).
+
+    A round is batched tensor work with one host sync (the largest masked count, which sizes the round)."""
 
     def __init__(self, K: int, drafter: str = "mrp", head=None, verify: str = "exact"):
         if K < 1:
@@ -168,10 +170,9 @@ class Speculative(MRPPolicy):
         # The default keeps the historical name, which the result tables key on.
         self.name = f"speculative({K},{drafter})" if verify == "exact" else f"speculative({K},{drafter},{verify})"
 
-    def _drafts(self, st: BlockState, logits, hidden, n_drafts: torch.Tensor):
+    def _drafts(self, st: BlockState, logits, hidden, n_drafts: torch.Tensor, Kmax: int):
         """Drafts 1..Kmax per row: pos (B, Kmax) (-1 past a row's own n_drafts), tok (B, Kmax), and the
         candidate states [C(1), ..., C(Kmax)]."""
-        Kmax = int(n_drafts.max())
         masked0 = st.masked
         p1, t1, tok0, conf0 = static_pick(logits, masked0, st.mask_id)
         pos, toks = [p1], [t1]
@@ -193,7 +194,7 @@ class Speculative(MRPPolicy):
                 h = self.head.step(h, cur, st.positions, st.model.embed_tokens, st.ctx["cache"], st.key_valid)
                 st._count("mrp_forwards", live)
                 p, t, _, _ = static_pick(st.model.lm_head(h), m, st.mask_id)
-            p = torch.where(live, p, torch.full_like(p, -1))
+            p = torch.where(live, p, -1)
             pos.append(p)
             toks.append(t)
             cands.append(_set(cur, p, t))
@@ -201,57 +202,56 @@ class Speculative(MRPPolicy):
 
     def denoise(self, st: BlockState) -> None:
         self._flush(st)
-        if not st.rows_needing_work().any():
+        n_masked = st.masked.sum(1)
+        mx = int(n_masked.max())  # the round's one host sync
+        if mx == 0:
             return
         out = st.backbone()
+        self._flush(st)  # a fused commit wrote the previous block just now
         logits, hidden = out.logits, out.hidden
         B = st.ids.shape[0]
         ar = torch.arange(B, device=st.ids.device)
-        while st.rows_needing_work().any():
-            n_masked = st.masked.sum(1)
+        while mx > 0:
             working = n_masked > 0
             n_drafts = torch.clamp(n_masked, max=self.K)  # 0 for idle rows
-            pos, tok, cands = self._drafts(st, logits, hidden, n_drafts)
-            for r in working.nonzero().flatten().tolist():
-                for k in range(int(n_drafts[r])):
-                    _trace(st, "draft", [r], pos[:, k], tok[:, k])
-                st.stats[r].drafted += int(n_drafts[r])
-                st.stats[r].rounds += 1
-            # Candidates the verify must score: C(1..n_drafts), less a final state with no mask left.
+            Kmax = min(self.K, mx)
+            pos, tok, cands = self._drafts(st, logits, hidden, n_drafts, Kmax)
+            if st.trace is not None:
+                st.trace.add_list("draft", st.block, st.step, pos.masked_fill(~working[:, None], -1), tok)
+            st._count("drafted", working, n_drafts)
+            st._count("rounds", working)
+            # Candidates the verify must score: C(1..n_drafts), less a final state with no mask left: a row
+            # with one masked slot left (need 0) is finished by its static pick and takes no verify.
             need = torch.where(n_drafts == n_masked, n_drafts - 1, n_drafts)
-            M = int(need.max())
-            accepted = torch.ones_like(n_drafts) * working
+            M = min(self.K, mx - 1)  # = need.max()
+            accepted = working.long()
             if M > 0:
-                done_now = working & (need == 0)  # one masked slot left: the static pick finishes it
-                if done_now.any():
-                    self._reveal(st, done_now, pos, tok, accepted)
-                vout = st.backbone_candidates(torch.stack(cands[:M], 1), self.verify)
-                for k in range(1, M + 1):  # draft k+1 vs the backbone's pick on C(k)
+                vout = st.backbone_candidates(torch.stack(cands[:M], 1), self.verify, rows=need > 0)
+                for k in range(1, min(M, Kmax - 1) + 1):  # draft k+1 vs the backbone's pick on C(k)
                     m = (cands[k - 1] == st.mask_id) & st.active[:, None]
-                    if k >= pos.shape[1]:
-                        break
                     p, t, _, _ = static_pick(vout.logits[:, k - 1], m, st.mask_id)
                     ok = (accepted == k) & (n_drafts > k) & (p == pos[:, k]) & (t == tok[:, k])
                     accepted = accepted + ok.long()
-                rest = working & ~done_now
                 sel = (accepted - 1).clamp(min=0, max=M - 1)
                 logits, hidden = vout.logits[ar, sel], vout.hidden[ar, sel]
-                self._reveal(st, rest, pos, tok, accepted)
-            else:
-                self._reveal(st, working, pos, tok, accepted)
+            self._accept(st, working, pos, tok, accepted)
             st.step += 1
+            n_masked = st.masked.sum(1)
+            mx = int(n_masked.max())
 
-    def _reveal(self, st, rows_mask, pos, tok, accepted):
-        sel = torch.zeros_like(st.masked)
-        vals = st.ids.clone()
-        for r in rows_mask.nonzero().flatten().tolist():
-            j = int(accepted[r])
-            for k in range(j):
-                sel[r, pos[r, k]] = True
-                vals[r, pos[r, k]] = tok[r, k]
-                _trace(st, "accept", [r], pos[:, k], tok[:, k])
-            st.stats[r].accepted += j
-            st.stats[r].accept_lengths.append(j)
+    def _accept(self, st, working, pos, tok, accepted):
+        """Reveal drafts 1..accepted[r] of every working row, in one scatter."""
+        K = pos.shape[1]
+        take = (torch.arange(K, device=pos.device)[None, :] < accepted[:, None]) & (pos >= 0) & working[:, None]
+        B, L = st.ids.shape
+        # Drafts not taken scatter into a spare column L, so they never collide with a taken one.
+        idx = torch.where(take, pos, L)
+        sel = torch.zeros(B, L + 1, dtype=torch.bool, device=pos.device).scatter_(1, idx, True)[:, :L]
+        vals = torch.cat([st.ids, st.ids[:, :1]], 1).scatter_(1, idx, tok)[:, :L]
+        if st.trace is not None:
+            st.trace.add_list("accept", st.block, st.step, pos.masked_fill(~take, -1), tok)
+        st._count("accepted", working, accepted)
+        st.stats.accept.append(torch.where(working, accepted, -1))
         st.reveal(sel, vals)
 
 
@@ -267,20 +267,23 @@ class Direct(MRPPolicy):
 
     def denoise(self, st: BlockState) -> None:
         self._flush(st)
-        while st.rows_needing_work().any():
+        n_masked = st.masked.sum(1)
+        mx = int(n_masked.max())  # one host sync per backbone forward
+        while mx > 0:
             out = st.backbone()
+            self._flush(st)
             p, t, _, _ = static_pick(out.logits, st.masked, st.mask_id)
-            st.reveal(_set(torch.zeros_like(st.ids), p, torch.ones_like(t)).bool(), _set(st.ids, p, t))
+            st.reveal(_onehot(st.ids, p), _set(st.ids, p, t))
             h = out.hidden
-            for _ in range(self.steps):
-                live = st.rows_needing_work()
-                if not live.any():
-                    break
+            for i in range(min(self.steps, mx - 1)):  # rows with more than i masks left after the pick
+                live = n_masked - 1 > i
                 h = self.head.step(h, st.ids, st.positions, st.model.embed_tokens, st.ctx["cache"], st.key_valid)
                 st._count("mrp_forwards", live)
                 p, t, _, _ = static_pick(st.model.lm_head(h), st.masked, st.mask_id)
-                st.reveal(_set(torch.zeros_like(st.ids), p, torch.ones_like(t)).bool(), _set(st.ids, p, t))
+                st.reveal(_onehot(st.ids, p), _set(st.ids, p, t))
             st.step += 1
+            n_masked = st.masked.sum(1)
+            mx = int(n_masked.max())
 
 
 class NaiveLookahead(Static):
@@ -311,6 +314,7 @@ class Remask(MRPPolicy):
         while st.rows_needing_work().any():
             masked = st.masked
             out = st.backbone()
+            self._flush(st)
             tok, conf = masked_confidence(out.logits, masked, st.mask_id)
             top = top_masked(conf, masked, 1)
             fresh = ((conf > self.tau) & masked) | top
