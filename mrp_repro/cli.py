@@ -5,7 +5,7 @@
 
 `run_cli(main, argv=None)` calls `main(argv)` (argv defaults to sys.argv[1:]). A user error
 (`mrp_repro.errors.UserError` and its subclasses ConfigError, CheckpointError, TrajectoryError,
-HeadNotFoundError; also `tasks.benchmarks.BenchmarkDataUnavailable`) is printed to stderr as
+HeadNotFoundError, BenchmarkDataUnavailable, ...) is printed to stderr as
 
     error: <message> (run with --debug for the traceback)
 
@@ -21,24 +21,9 @@ from collections.abc import Callable, Sequence
 
 from mrp_repro.errors import UserError
 
-__all__ = ["run_cli", "load_profile_arg", "user_error_types", "format_user_error", "EXIT_USER_ERROR"]
+__all__ = ["run_cli", "format_user_error", "EXIT_USER_ERROR"]
 
 EXIT_USER_ERROR = 2
-
-
-def user_error_types() -> tuple[type[BaseException], ...]:
-    """UserError, plus BenchmarkDataUnavailable (defined in tasks/benchmarks.py as a RuntimeError: a
-    missing data file is fixed by the user, not the code). Imported lazily: the benchmarks module
-    pulls in optional dependencies that a CLI failing on its profile should not need."""
-    types: list[type[BaseException]] = [UserError]
-    try:
-        from mrp_repro.tasks.benchmarks import BenchmarkDataUnavailable
-    except Exception:  # an import problem there is not this error's business
-        pass
-    else:
-        if not issubclass(BenchmarkDataUnavailable, UserError):
-            types.append(BenchmarkDataUnavailable)
-    return tuple(types)
 
 
 def format_user_error(e: BaseException) -> str:
@@ -53,7 +38,7 @@ def run_cli(main: Callable[[list[str] | None], object], argv: Sequence[str] | No
         return _exit_status(main([a for a in args if a != "--debug"]))
     try:
         rc = main(args)
-    except user_error_types() as e:
+    except UserError as e:
         print(format_user_error(e), file=sys.stderr)
         raise SystemExit(EXIT_USER_ERROR) from None
     return _exit_status(rc)
@@ -63,17 +48,3 @@ def _exit_status(rc):
     if isinstance(rc, int) and not isinstance(rc, bool) and rc != 0:
         raise SystemExit(rc)
     return rc
-
-
-def load_profile_arg(name_or_path: str, overrides: dict | None = None):
-    """`config.load_profile` for a --profile argument: an unknown name or a missing file (a plain
-    ValueError in config._resolve) becomes a ConfigError, so run_cli prints it as one line naming the
-    valid profiles."""
-    from mrp_repro.config import ConfigError, load_profile
-
-    try:
-        return load_profile(name_or_path, overrides)
-    except ConfigError:
-        raise
-    except ValueError as e:
-        raise ConfigError(str(e)) from e

@@ -130,6 +130,7 @@ class TrajectoriesConfig:
     sources: tuple[TaskSource, ...]
     n_prompts: int
     shard_size: int
+    chain_steps: int  # reveals recorded per block state (K-step heads train on up to this many)
 
 
 @dataclass(frozen=True)
@@ -365,6 +366,10 @@ def _check_values(p: Profile) -> None:
     need(p.mrp.num_layers >= 1 and p.mrp.k_steps >= 1, "mrp.num_layers and mrp.k_steps must be >= 1")
     train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
     need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
+    need(
+        1 <= p.mrp.k_steps <= p.trajectories.chain_steps,
+        f"mrp.k_steps ({p.mrp.k_steps}) needs trajectories.chain_steps >= k_steps ({p.trajectories.chain_steps})",
+    )
     need(0.0 <= p.mrp_training.heldout_frac < 1.0, "mrp_training.heldout_frac must be in [0, 1)")
     need(0.0 <= p.mrp_training.warmup_frac < 1.0, "mrp_training.warmup_frac must be in [0, 1)")
     need(0.0 < p.evaluation.ci < 1.0, "evaluation.ci must be in (0, 1)")
@@ -393,14 +398,11 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             section, leaf, cls = parts[0], parts[1], SECTIONS[parts[0]]
             node = raw.setdefault(section, {})
         else:
-            raise ConfigError(
-                f"override {dotted!r}: expected 'key' or 'section.key'; sections: {sorted(SECTIONS)}"
-            )
+            raise ConfigError(f"override {dotted!r}: expected 'key' or 'section.key'; sections: {sorted(SECTIONS)}")
         valid = [f.name for f in fields(cls)]
         if leaf not in valid or (cls is Profile and leaf in SECTIONS):
             raise ConfigError(
-                f"override {dotted!r}: unknown key {leaf!r} in section {section!r}; "
-                f"valid keys: {', '.join(valid)}"
+                f"override {dotted!r}: unknown key {leaf!r} in section {section!r}; valid keys: {', '.join(valid)}"
             )
         node[leaf] = value
 
@@ -452,13 +454,13 @@ def _resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
         if not p.is_absolute() and relative_to is not None and not p.exists():
             p = relative_to / p
         if not p.is_file():
-            raise ValueError(f"profile file not found: {p}")
+            raise ConfigError(f"profile file not found: {p}")
         return p.resolve()
     for d in ([relative_to] if relative_to is not None else []) + [configs_dir()]:
         cand = d / f"{name_or_path}.yaml"
         if cand.is_file():
             return cand.resolve()
-    raise ValueError(f"unknown profile {name_or_path!r}; valid profiles: {', '.join(list_profiles())}")
+    raise ConfigError(f"unknown profile {name_or_path!r}; valid profiles: {', '.join(list_profiles())}")
 
 
 # ----------------------------------------------------------------------------- API

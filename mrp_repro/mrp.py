@@ -193,16 +193,16 @@ def load_head(
     if not meta_path.exists() or not weights.exists():
         raise HeadNotFoundError(
             f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first "
-            "(python -m mrp_repro.train_mrp --profile <profile>)"
+            "(python -m mrp_repro.stages head --profile <profile>)"
         )
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(
-            f"{meta_path} is unreadable ({e}); delete {path} and rerun python -m mrp_repro.train_mrp "
+            f"{meta_path} is unreadable ({e}); delete {path} and rerun python -m mrp_repro.stages head "
             "--profile <profile>"
         ) from e
-    rerun = meta.get("rerun") or "python -m mrp_repro.train_mrp --profile <profile>"
+    rerun = meta.get("rerun") or "python -m mrp_repro.stages head --profile <profile>"
     saved_cfg = ModelConfig(**meta["backbone"])
     if saved_cfg != backbone_cfg:
         raise CheckpointError(f"{path}: this head was trained for backbone {saved_cfg}, not {backbone_cfg}")

@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from mrp_repro.cli import load_profile_arg
-from mrp_repro.config import repo_root
+from mrp_repro.config import load_profile, repo_root
 from mrp_repro.runtime import runs_root
 
 KERNEL = "mrp-repro"
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", default=KERNEL, help="Jupyter kernel name (default: %(default)s)")
     args = ap.parse_args(argv)
 
-    profile = load_profile_arg(args.profile)  # fail fast on a bad profile, as one line (run_cli)
+    profile = load_profile(args.profile)  # fail fast on a bad profile, as one line (run_cli)
     param = args.profile
     if Path(param).suffix in (".yaml", ".yml"):
         param = str(Path(param).resolve())  # notebooks run with their own cwd

@@ -1,9 +1,9 @@
 """Denoising trajectories: what the MRP head learns from (METHOD.md §2, training).
 
-    from mrp_repro.trajectories import collect, load_trajectories, collect_for_profile
-    manifest = collect(model, mask_id, examples, "gt", out_dir, shard_size=128, seed=0, block_size=8)
+    from mrp_repro.trajectories import collect, load_trajectories
+    manifest = collect(model, mask_id, examples, "gt", out_dir, shard_size=128, seed=0, block_size=8, chain_steps=3)
     ds = load_trajectories(out_dir)            # datasets.Dataset, one row per (example, block, step)
-    manifest = collect_for_profile(profile, backbone, "gt-multi")   # runs/<p>/trajectories-gt-multi-<hash>/
+    # a profile's collection: mrp_repro.stages.trajectories(profile, bb, "gt-multi") -> runs/<p>/trajectories-...
 
 One row = one block state and a short chain of reveals applied to it:
 
@@ -71,20 +71,17 @@ from mrp_repro.runtime import write_json_atomic
 __all__ = [
     "SOURCES",
     "FORMAT_VERSION",
-    "DEFAULT_CHAIN_STEPS",
     "TrajectoryError",
     "TrajectoriesNotFound",
     "model_fingerprint",
     "collect",
     "load_trajectories",
     "read_manifest",
-    "trajectories_dir",
-    "collect_for_profile",
+    "shard_problem",
 ]
 
 SOURCES = ("gt", "gt-multi", "self")
 FORMAT_VERSION = 1
-DEFAULT_CHAIN_STEPS = 3
 GT_T_MIN = 1e-3
 
 
@@ -96,7 +93,7 @@ class TrajectoriesNotFound(TrajectoryError, FileNotFoundError):
     """No manifest.json in a directory (a FileNotFoundError, as before)."""
 
 
-DEFAULT_RERUN = "the collection (collect / collect_for_profile, or python -m mrp_repro.train_mrp --profile <profile>)"
+DEFAULT_RERUN = "the collection (trajectories.collect, or python -m mrp_repro.stages trajectories --profile <profile>)"
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -317,7 +314,7 @@ def _self_rows(
         def begin(self, model, batch, capacity, device):
             return {"ctx": [[] for _ in range(batch)], "offset": self.offset}
 
-        def on_commit(self, c, out, ids, positions, key_valid, cache_len_before):
+        def on_commit(self, c, out, ids, positions, key_valid):
             for r in range(ids.shape[0]):
                 c["ctx"][r].extend(ids[r][key_valid[r]].tolist())
 
@@ -442,7 +439,7 @@ def _check_settings(manifest: dict, settings: dict, out_dir: Path) -> None:
         )
 
 
-def _shard_problem(out_dir: Path, entry: dict, full: bool) -> str | None:
+def shard_problem(out_dir: Path, entry: dict, full: bool) -> str | None:
     """Why a listed shard cannot be used (None if it can). full=False checks existence and size only
     (a stat); full=True also the sha256 (reads the file)."""
     path = out_dir / entry["file"]
@@ -459,7 +456,7 @@ def _shard_problem(out_dir: Path, entry: dict, full: bool) -> str | None:
 
 
 def _verify_shard(out_dir: Path, entry: dict, rerun: str = DEFAULT_RERUN, full: bool = True) -> None:
-    problem = _shard_problem(out_dir, entry, full)
+    problem = shard_problem(out_dir, entry, full)
     if problem is None:
         return
     path = out_dir / entry["file"]
@@ -483,7 +480,7 @@ def collect(
     pad_id: int | None = None,
     tokenizer=None,
     max_new_tokens: int = 64,
-    chain_steps: int = DEFAULT_CHAIN_STEPS,
+    chain_steps: int = 3,
     batch_size: int = 32,
     profile_hash: str | None = None,
     hook: Callable[[int, int], None] | None = None,
@@ -524,7 +521,7 @@ def collect(
         _check_settings(manifest, settings, out)
         keep = []
         for e in manifest["shards"]:
-            problem = _shard_problem(out, e, full=True)  # a resume reads every kept shard once: affordable
+            problem = shard_problem(out, e, full=True)  # a resume reads every kept shard once: affordable
             if problem is None:
                 keep.append(e)
             else:
@@ -632,73 +629,3 @@ def load_trajectories(out_dir: str | os.PathLike, verify: bool = True, expect: d
     ds = datasets.Dataset(datasets.table.InMemoryTable(table))
     ds.info.description = json.dumps({k: v for k, v in manifest.items() if k != "shards"})
     return ds
-
-
-# ----------------------------------------------------------------------------- profile level
-
-
-def trajectories_dir(profile, backbone, source: str) -> Path:
-    from mrp_repro.runtime import artifact_dir
-
-    key = hashlib.sha256(
-        f"{profile.section_hash('trajectories', 'data')}|{model_fingerprint(backbone.model)}|{source}|"
-        f"{DEFAULT_CHAIN_STEPS}|{FORMAT_VERSION}|{profile.decoding.max_new_tokens}".encode()
-    ).hexdigest()[:12]
-    return artifact_dir(profile, f"trajectories-{source}", key)
-
-
-def training_problems(profile) -> list:
-    """profile.trajectories.n_prompts training problems, split evenly over the synthetic tasks."""
-    from mrp_repro.tasks import synthetic
-
-    tasks = [t for t in profile.data.tasks if t in synthetic.TASKS]
-    if not tasks:
-        raise NotImplementedError(
-            f"profile {profile.name}: trajectories are collected from synthetic training tasks only; "
-            f"data.tasks={profile.data.tasks} has none"
-        )
-    n = profile.trajectories.n_prompts
-    per = [n // len(tasks) + (i < n % len(tasks)) for i in range(len(tasks))]
-    probs = []
-    for t, k in zip(tasks, per, strict=True):
-        probs.extend(synthetic.generate(t, "train", k, profile.data.seed, profile.block_size))
-    return probs
-
-
-def collect_for_profile(profile, backbone, source: str | None = None, progress: bool = True) -> Path:
-    """Collect (or resume, or reuse) `source` trajectories of a profile; returns the manifest path.
-
-    source: default profile.mrp.train_source (its first entry if a list)."""
-    if source is None:
-        ts = profile.mrp.train_source
-        source = ts if isinstance(ts, str) else ts[0]
-    out = trajectories_dir(profile, backbone, source)
-    mpath = out / "manifest.json"
-    rerun = f"python -m mrp_repro.train_mrp --profile {profile.name} (or notebook 02)"
-    if mpath.exists():
-        manifest = read_manifest(out)
-        # Reuse checks every listed shard with a stat (exists, recorded size), not its sha256: the
-        # consumer, load_trajectories, hashes every shard on load anyway (and names the file and the
-        # fix), so hashing here too would read GBs twice on an SDAR profile for nothing. A missing or
-        # truncated shard -- the usual damage, and what the error messages ask the user to delete --
-        # is caught here and falls through to `collect`, which redoes only the bad shards.
-        if manifest.get("complete") and all(_shard_problem(out, e, full=False) is None for e in manifest["shards"]):
-            return mpath
-    return collect(
-        backbone.model,
-        backbone.mask_id,
-        training_problems(profile),
-        source,
-        out,
-        profile.trajectories.shard_size,
-        profile.seed,
-        progress,
-        block_size=profile.block_size,
-        eos_ids=backbone.eos_ids,
-        pad_id=backbone.pad_id,
-        tokenizer=backbone.tokenizer,
-        max_new_tokens=profile.decoding.max_new_tokens,
-        batch_size=profile.decoding.batch_size,
-        profile_hash=profile.section_hash("trajectories", "data"),
-        rerun=rerun,
-    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from mrp_repro.backbone import random_backbone
 from mrp_repro.measure.adjacent import (
     ADJACENT_COLUMNS,
     RANDOM_BASELINE,
@@ -14,6 +13,7 @@ from mrp_repro.measure.adjacent import (
     step_pair_stats,
 )
 from mrp_repro.measure.runs import eval_problems
+from mrp_repro.stages import random_backbone
 
 
 def test_step_pair_stats_identity_and_range():

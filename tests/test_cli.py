@@ -69,9 +69,17 @@ def cli(*args):
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
-@pytest.mark.parametrize("module", ["mrp_repro.train_mrp", "mrp_repro.train_backbone", "mrp_repro.reproduce"])
-def test_unknown_profile_subprocess(module):
-    r = cli(module, "--profile", "nosuch")
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["mrp_repro.stages", "head"],
+        ["mrp_repro.stages", "backbone"],
+        ["mrp_repro.reproduce"],
+        ["mrp_repro.report.bench"],
+    ],
+)
+def test_unknown_profile_subprocess(command):
+    r = cli(*command, "--profile", "nosuch")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -81,7 +89,7 @@ def test_unknown_profile_subprocess(module):
 
 
 def test_unknown_profile_with_debug_gives_traceback():
-    r = cli("mrp_repro.train_mrp", "--profile", "nosuch", "--debug")
+    r = cli("mrp_repro.stages", "head", "--profile", "nosuch", "--debug")
     assert r.returncode == 1
     assert "Traceback (most recent call last)" in r.stderr and "unknown profile 'nosuch'" in r.stderr
 
@@ -89,7 +97,7 @@ def test_unknown_profile_with_debug_gives_traceback():
 def test_bad_key_subprocess(tmp_path):
     bad = tmp_path / "mine.yaml"
     bad.write_text("extends: smoke\nname: mine\nmrp_training:\n  stepz: 3\n")
-    r = cli("mrp_repro.train_backbone", "--profile", str(bad))
+    r = cli("mrp_repro.stages", "backbone", "--profile", str(bad))
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "stepz" in lines[0] and "valid keys" in lines[0], r.stderr

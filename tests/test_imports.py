@@ -88,3 +88,29 @@ def test_measure_never_imports_report():
     bad = {m: sorted(i for i in deps if i.startswith("mrp_repro.report"))
            for m, deps in _graph().items() if m.startswith("mrp_repro.measure")}  # fmt: skip
     assert not any(bad.values()), {m: d for m, d in bad.items() if d}
+
+
+# The data flow, bottom to top: a module imports only from its own floor or the floors below it.
+FLOORS = [
+    ("config", "runtime", "errors", "cli", "model", "checkpoint", "tokenizer", "kernels", "tasks", "decoding", "mrp",
+     "trajectories", "backbone", "paper_data"),
+    ("training",),
+    ("measure",),
+    ("stages",),
+    ("report",),
+    ("reproduce",),
+]  # fmt: skip
+
+
+def _floor(module: str) -> int:
+    top = module.split(".")[1] if module.count(".") else ""
+    for i, names in enumerate(FLOORS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: not on any floor; add it to FLOORS")
+
+
+def test_no_module_imports_from_a_floor_above_it():
+    g = {m: d for m, d in _graph().items() if m != "mrp_repro"}
+    bad = {m: sorted(d for d in deps if d != "mrp_repro" and _floor(d) > _floor(m)) for m, deps in g.items()}
+    assert not any(bad.values()), {m: d for m, d in bad.items() if d}

@@ -15,15 +15,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mrp_repro.backbone import load_for_profile, random_backbone
+from mrp_repro import stages
 from mrp_repro.checkpoint import CheckpointError, load_backbone, save_backbone
 from mrp_repro.config import load_profile
 from mrp_repro.mrp import BackboneMismatchError, MRPHead, load_head, save_head
-from mrp_repro.train_backbone import train_backbone
-from mrp_repro.train_mrp import load_head_for_profile, mrp_dir, train_for_profile, train_mrp
+from mrp_repro.stages import random_backbone
+from mrp_repro.training.backbone import train_backbone
+from mrp_repro.training.mrp import train_mrp
 from mrp_repro.trajectories import (
     TrajectoryError,
-    collect_for_profile,
     load_trajectories,
     model_fingerprint,
     read_manifest,
@@ -77,8 +77,7 @@ def shard_files(out):
 def test_deleted_corrupted_shard_is_redone_by_the_profile_stage(tmp_runs, profile, bb):
     """The issue's scenario: corrupt shard -> error says delete it and rerun -> do that -> same data,
     the other shards untouched. (Before: the rerun returned early on `complete` and failed again.)"""
-    mpath = collect_for_profile(profile, bb, "gt-multi", progress=False)
-    out = mpath.parent
+    out = stages.trajectories(profile, bb, "gt-multi", progress=False)
     want = load_trajectories(out).data.table
     shards = shard_files(out)
     assert len(shards) == 4
@@ -89,11 +88,11 @@ def test_deleted_corrupted_shard_is_redone_by_the_profile_stage(tmp_runs, profil
         load_trajectories(out)
     msg = str(e.value)
     assert str(shards[1]) in msg and "corrupted" in msg
-    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.train_mrp --profile smoke", msg)
+    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.stages head --profile smoke", msg)
     assert m, msg
     (out / m.group(1)).unlink()  # do what it says
 
-    assert collect_for_profile(profile, bb, "gt-multi", progress=False) == mpath
+    assert stages.trajectories(profile, bb, "gt-multi", progress=False) == out
     assert load_trajectories(out).data.table.equals(want)
     assert sha(shards[1]) == sha1  # the same bytes as the undamaged run
     after = mtimes(shard_files(out))
@@ -105,12 +104,12 @@ def test_deleted_corrupted_shard_is_redone_by_the_profile_stage(tmp_runs, profil
 
 def test_truncated_shard_is_redone_on_rerun_without_deleting(tmp_runs, profile, bb):
     """The stage's reuse check (a stat of every listed shard) sees a truncated shard and redoes it."""
-    out = collect_for_profile(profile, bb, "gt-multi", progress=False).parent
+    out = stages.trajectories(profile, bb, "gt-multi", progress=False)
     want = load_trajectories(out).data.table
     shards = shard_files(out)
     before = mtimes(shards)
     truncate(shards[2])
-    collect_for_profile(profile, bb, "gt-multi", progress=False)
+    stages.trajectories(profile, bb, "gt-multi", progress=False)
     assert load_trajectories(out).data.table.equals(want)
     after = mtimes(shard_files(out))
     assert after[shards[2].name] != before[shards[2].name]
@@ -118,12 +117,12 @@ def test_truncated_shard_is_redone_on_rerun_without_deleting(tmp_runs, profile, 
 
 
 def test_missing_shard_error_advice_works(tmp_runs, profile, bb):
-    out = collect_for_profile(profile, bb, "gt-multi", progress=False).parent
+    out = stages.trajectories(profile, bb, "gt-multi", progress=False)
     want = load_trajectories(out).data.table
     shard_files(out)[0].unlink()
     with pytest.raises(TrajectoryError, match=r"shard-00000.parquet is listed in the manifest but missing; rerun"):
         load_trajectories(out)
-    collect_for_profile(profile, bb, "gt-multi", progress=False)
+    stages.trajectories(profile, bb, "gt-multi", progress=False)
     assert load_trajectories(out).data.table.equals(want)
 
 
@@ -157,16 +156,16 @@ def test_head_of_another_backbone_is_refused_even_at_the_same_shapes(tmp_path, p
 
 
 def test_profile_head_is_refused_on_another_backbone(tmp_runs, profile, bb):
-    out = train_for_profile(profile, bb, progress=False)
+    out = stages.train_head(profile, bb, progress=False)
     meta_path = out / "head" / "mrp_config.json"
     meta = json.loads(meta_path.read_text())
     meta["backbone_hash"] = "0123456789abcdef"  # as if this head were trained on another backbone
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(BackboneMismatchError, match="0123456789abcdef.*" + model_fingerprint(bb.model)):
-        train_for_profile(profile, bb, progress=False)
+        stages.train_head(profile, bb, progress=False)
     with pytest.raises(BackboneMismatchError):
-        load_head_for_profile(profile, bb, progress=False)
-    head = load_head_for_profile(profile, bb, progress=False, allow_backbone_mismatch=True)
+        stages.head(profile, bb, progress=False)
+    head = stages.head(profile, bb, progress=False, allow_backbone_mismatch=True)
     assert isinstance(head, MRPHead)
 
 
@@ -174,34 +173,34 @@ def test_profile_head_is_refused_on_another_backbone(tmp_runs, profile, bb):
 
 
 def test_truncated_head_names_file_and_fix_and_the_fix_works(tmp_runs, profile, bb):
-    out = train_for_profile(profile, bb, progress=False)
+    out = stages.train_head(profile, bb, progress=False)
     weights = out / "head" / "mrp.safetensors"
     want = load_head(out / "head", bb.model.config).state_dict()
-    keep = mtimes([out / "ckpt.pt", *shard_files(collect_for_profile(profile, bb, progress=False).parent)])
+    keep = mtimes([out / "ckpt.pt", *shard_files(stages.trajectories(profile, bb, progress=False))])
     truncate(weights)
 
     with pytest.raises(CheckpointError) as e:
         load_head(out / "head", bb.model.config, backbone_hash=model_fingerprint(bb.model))
     msg = str(e.value)
     assert str(weights) in msg and "truncated or unreadable" in msg
-    assert "delete it and rerun python -m mrp_repro.train_mrp --profile smoke" in msg
+    assert "delete it and rerun python -m mrp_repro.stages head --profile smoke" in msg
     weights.unlink()  # do what it says, then rerun the stage
 
-    head = load_head_for_profile(profile, bb, progress=False)
+    head = stages.head(profile, bb, progress=False)
     for k, v in want.items():
         assert torch.equal(head.state_dict()[k], v), k
     # rewritten from ckpt.pt: no retraining (ckpt.pt untouched) and no trajectories redone
-    traj = collect_for_profile(profile, bb, progress=False).parent
+    traj = stages.trajectories(profile, bb, progress=False)
     assert mtimes([out / "ckpt.pt", *shard_files(traj)]) == keep
 
 
 def test_truncated_head_is_rewritten_by_rerunning_the_stage(tmp_runs, profile, bb):
-    out = train_for_profile(profile, bb, progress=False)
+    out = stages.train_head(profile, bb, progress=False)
     want = sha(out / "head" / "mrp.safetensors")
     truncate(out / "head" / "mrp.safetensors")
-    assert train_for_profile(profile, bb, progress=False) == out
+    assert stages.train_head(profile, bb, progress=False) == out
     assert sha(out / "head" / "mrp.safetensors") == want
-    assert mrp_dir(profile, bb) == out
+    assert stages.head_dir(profile, bb) == out
 
 
 # ----------------------------------------------------------------------------- training checkpoints
@@ -243,7 +242,7 @@ def test_truncated_backbone_training_checkpoint(tmp_path, smoke_profile, damaged
         train_backbone(p, tmp_path / "cut", progress=False)
     msg = str(e.value)
     assert str(ck / damaged) in msg
-    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.train_backbone --profile smoke", msg)
+    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.stages backbone --profile smoke", msg)
     assert m and m.group(1) == str(ck), msg
     shutil.rmtree(m.group(1))
     assert train_backbone(p, tmp_path / "cut", progress=False)["finished"]
@@ -255,7 +254,7 @@ def test_truncated_backbone_training_checkpoint(tmp_path, smoke_profile, damaged
 
 def test_scratch_backbone_model_truncated_then_rewritten_from_checkpoint(tmp_runs, smoke_profile):
     p = smoke_profile.replace({"backbone_training.steps": 6, "backbone_training.ckpt_every": 3})
-    bb = load_for_profile(p, device="cpu", progress=False)
+    bb = stages.backbone(p, device="cpu", progress=False)
     out = bb.path.parent
     want = {k: v.clone() for k, v in bb.model.state_dict().items()}
     ckpt = next(out.glob("ckpt-*"))
@@ -263,14 +262,14 @@ def test_scratch_backbone_model_truncated_then_rewritten_from_checkpoint(tmp_run
     truncate(out / "model" / "model.safetensors")
 
     with pytest.raises(CheckpointError) as e:
-        load_for_profile(p, device="cpu", progress=False)
+        stages.backbone(p, device="cpu", progress=False)
     msg = str(e.value)
     assert str(out / "model" / "model.safetensors") in msg
-    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.train_backbone --profile smoke", msg)
+    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.stages backbone --profile smoke", msg)
     assert m and m.group(1) == str(out / "model"), msg
     shutil.rmtree(m.group(1))
 
-    again = load_for_profile(p, device="cpu", progress=False)
+    again = stages.backbone(p, device="cpu", progress=False)
     for k, v in want.items():
         assert torch.equal(again.model.state_dict()[k], v), k
     assert (ckpt / "state.pt").stat().st_mtime_ns == ck_mtime  # rewritten from the checkpoint, not retrained

@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
-from mrp_repro.backbone import Backbone, decode, encode_prompts, load_for_profile
-from mrp_repro.backbone import random_backbone as _random_backbone
+from mrp_repro import stages
+from mrp_repro.backbone import Backbone, decode, encode_prompts
 from mrp_repro.decoding import Dynamic, Static
 from mrp_repro.measure.runs import collect_runs, eval_problems, run_setting, score_problem, settings_for
 from mrp_repro.measure.schema import MODES, RUN_COLUMNS
+from mrp_repro.stages import random_backbone as _random_backbone
 from mrp_repro.tasks import synthetic
 
 
@@ -88,15 +89,15 @@ def test_score_problem_synthetic_and_benchmark():
     assert r["correct"] and math.isnan(r["valid_chain"])
 
 
-def test_load_for_profile_trains_once_and_caches(smoke_profile, tmp_runs):
+def test_stages_backbone_trains_once_and_caches(smoke_profile, tmp_runs):
     p = smoke_profile.replace({"backbone_training.steps": 4})
-    bb = load_for_profile(p, device="cpu", progress=False)
+    bb = stages.backbone(p, device="cpu", progress=False)
     assert bb.path is not None and (bb.path.parent / "done.json").exists()
     assert bb.mask_id == 1 and bb.eos_ids == [2] and bb.block_size == p.block_size
     probs = eval_problems(p, "synth-code", 2)
     ids = encode_prompts(bb, probs)
     assert decode(bb, ids[0]) == probs[0].prompt_text
-    bb2 = load_for_profile(p, device="cpu", train_if_missing=False)
+    bb2 = stages.backbone(p, device="cpu", train_if_missing=False)
     for (k, a), (_, b) in zip(bb.model.state_dict().items(), bb2.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
 
@@ -118,7 +119,7 @@ def test_backbone_report_writes_tables(smoke_profile, tmp_runs):
     assert (adj["kl_median"] >= 0).all() and set(adj["subset"]) == {"all", "conf<0.99"}
 
 
-def test_load_for_profile_local_checkpoint(smoke_profile, tmp_path):
+def test_stages_backbone_local_checkpoint(smoke_profile, tmp_path):
     """A hub-format directory (config.json + safetensors + tokenizer) loads through model.source 'local'."""
     from mrp_repro.checkpoint import save_backbone
     from mrp_repro.tokenizer import save_tokenizer
@@ -128,7 +129,7 @@ def test_load_for_profile_local_checkpoint(smoke_profile, tmp_path):
     save_backbone(rb.model, d)
     save_tokenizer(rb.tokenizer, d)
     p = smoke_profile.replace({"model.source": "local", "model.local_dir": str(d)})
-    bb = load_for_profile(p, device="cpu")
+    bb = stages.backbone(p, device="cpu")
     assert bb.mask_id == rb.mask_id and bb.eos_ids == rb.eos_ids
     for (k, a), (_, b) in zip(rb.model.state_dict().items(), bb.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), k

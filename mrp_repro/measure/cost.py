@@ -8,7 +8,7 @@ verify_cost[K] = packed K-candidate forward / one forward, head_cost = one head 
 forward, both measured at the decoding batch size. predicted speedup = static forwards / (forwards - rounds +
 rounds * verify_cost + head calls * head_cost), per prompt, counting block seeds and commits (head cost 0
 for the naive and oracle drafters); beside the measured speedup, the difference is per-round overhead
-outside the model (Python, sampling, bookkeeping). train_mrp uses cost_model for the head's cost ratio.
+outside the model (Python, sampling, bookkeeping). stages.train_head records head_cost_ratio in the head's metrics.json.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["cost_model", "with_cost_model", "cost_note"]
+__all__ = ["cost_model", "head_cost_ratio", "with_cost_model", "cost_note"]
 
 
 def _sync(dev):
@@ -102,3 +102,9 @@ def cost_note(cm: dict) -> str:
     return (f"Cost model (ratios to one forward of {cm['t_forward_s'] * 1e3:.2f} ms): verify {vc}; "
             f"head step {cm['head_cost']:.2f}. predicted_speedup = static forwards / "
             "(forwards - rounds + rounds·verify + head calls·head).")  # fmt: skip
+
+
+def head_cost_ratio(model, head, batch: int, block: int, context_blocks: int = 4, repeats: int = 10) -> float:
+    """Measured wall time of one head call (lm_head included) / one backbone forward_block (medians of
+    `repeats`), both on `batch` rows of one block with `context_blocks` blocks in their caches."""
+    return cost_model(model, head, batch, block, Ks=(), context_blocks=context_blocks, repeats=repeats)["head_cost"]

@@ -1,15 +1,13 @@
 """The two benchmark tables as commands: the backbone's modes, and every decoding mode with the cost model.
 
-    python -m mrp_repro.report.bench --profile tiny --table backbone   # static + dynamic(tau), adjacent steps
-    -> figures/<profile>/backbone_modes.{md,tex,csv}, backbone_modes_rows.csv, adjacent_steps.{md,tex,csv}
-    python -m mrp_repro.report.bench --profile tiny --table modes [--n-prompts 100] [--benchmarks synth-code]
-    -> figures/<profile>/modes.{md,tex,csv} (+ modes_rows.csv: the runs frame; --no-head: no MRP modes)
+python -m mrp_repro.report.bench --profile tiny --table backbone   # static + dynamic(tau), adjacent steps
+-> figures/<profile>/backbone_modes.{md,tex,csv}, backbone_modes_rows.csv, adjacent_steps.{md,tex,csv}
+python -m mrp_repro.report.bench --profile tiny --table modes [--n-prompts 100] [--benchmarks synth-code]
+-> figures/<profile>/modes.{md,tex,csv} (+ modes_rows.csv: the runs frame; --no-head: no MRP modes)
 
-    from mrp_repro.report.bench import backbone_report, modes_report
-    table = backbone_report(profile)              # paper.backbone_table of a fresh runs frame
-    table = modes_report(profile, backbone, head, out=None)  # paper.modes_table + cost model; no files
-
-Replaces `python -m mrp_repro.evaluate --table backbone` and `python -m mrp_repro.bench_modes`.
+from mrp_repro.report.bench import backbone_report, modes_report
+table = backbone_report(profile)              # paper.backbone_table of a fresh runs frame
+table = modes_report(profile, backbone, head, out=None)  # paper.modes_table + cost model; no files
 """
 
 from __future__ import annotations
@@ -31,13 +29,13 @@ def backbone_report(profile, backbone=None, progress: bool = True, adjacent: boo
                     num_threads: int | None = None, out: Path | None = None) -> pd.DataFrame:  # fmt: skip
     """Static and dynamic(tau in decoding.thresholds) on every synthetic benchmark of the profile; writes
     backbone_modes.* (and adjacent_steps.*) under `out` (default figures/<profile>/) and returns the table."""
-    from mrp_repro.backbone import load_for_profile
+    from mrp_repro import stages
     from mrp_repro.measure.adjacent import adjacent_step_similarity
     from mrp_repro.runtime import set_num_threads
     from mrp_repro.tasks import synthetic
 
     set_num_threads(num_threads or profile.backbone_training.num_threads)
-    bb = backbone if backbone is not None else load_for_profile(profile, progress=progress)
+    bb = backbone if backbone is not None else stages.backbone(profile, progress=progress)
     benches = [t for t in profile.evaluation.benchmarks if t in synthetic.TASKS] or list(synthetic.TASKS)
     runs = collect_runs(profile, bb, None, benchmarks=benches, settings=settings_for(profile, None, ("static",
                         "dynamic")), progress=progress)  # fmt: skip
@@ -88,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--out", default=None, help="output directory (default figures/<profile>)")
     a = ap.parse_args(argv)
-    from mrp_repro.backbone import load_for_profile
+    from mrp_repro import stages
     from mrp_repro.config import load_profile
     from mrp_repro.runtime import seed_everything, set_num_threads
 
@@ -99,15 +97,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         set_num_threads(a.threads)
         seed_everything(profile.seed)
-        bb = load_for_profile(profile)
-        head = None
-        if not a.no_head:
-            from mrp_repro.mrp import load_head
-            from mrp_repro.train_mrp import train_for_profile
-
-            hdir = train_for_profile(profile, bb)
-            head = load_head(Path(hdir) / "head", bb.model.config, device=bb.device,
-                             dtype=bb.model.lm_head.weight.dtype)  # fmt: skip
+        bb = stages.backbone(profile)
+        head = None if a.no_head else stages.head(profile, bb)
         table = modes_report(profile, bb, head, a.benchmarks, a.n_prompts, a.batch_size,
                              progress=not a.no_progress, out=out or tables.out_dir(profile))  # fmt: skip
     print(tables.markdown(tables.format_table(table, 2)))

@@ -73,6 +73,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mrp_repro.errors import UserError
+
 __all__ = [
     "Problem",
     "BENCHMARKS",
@@ -135,7 +137,7 @@ class Problem:
     extra: dict = field(default_factory=dict)
 
 
-class BenchmarkDataUnavailable(RuntimeError):
+class BenchmarkDataUnavailable(UserError, RuntimeError):
     """Neither a local copy nor the hub could provide a benchmark."""
 
 

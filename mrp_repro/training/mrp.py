@@ -1,12 +1,10 @@
 """Train the MRP head on collected trajectories (METHOD.md §2, training).
 
-    .venv/bin/python -m mrp_repro.train_mrp --profile tiny     # collects trajectories if missing; cached
-    .venv/bin/python -m mrp_repro.train_mrp --profile smoke    # seconds
-    .venv/bin/python -m mrp_repro.train_mrp --profile tiny --debug   # a user error with its traceback
+    .venv/bin/python -m mrp_repro.stages head --profile tiny     # collects trajectories if missing; cached
+    .venv/bin/python -m mrp_repro.stages head --profile smoke    # seconds
 
-    from mrp_repro.train_mrp import train_for_profile, train_mrp, head_cost_ratio
-    head_dir = train_for_profile(profile, backbone)   # runs/<p>/mrp-<hash>/ (head/, metrics.json, loss curves)
-    head = load_head_for_profile(profile, backbone)   # the MRPHead, checked against this backbone's fingerprint
+    from mrp_repro.training.mrp import train_mrp
+    metrics = train_mrp(profile, backbone, trajectory_dirs, out_dir)   # stages.head(P, bb) picks the dirs
 
 Loss (per batch): for k = 1..K (K = mrp.k_steps), the head chains k reveals from h_A,
 h_k = h_{k-1} + h_C(k) (residual) or h_C(k) (direct), and is fitted to the backbone's true
@@ -37,13 +35,12 @@ with the same batches, so the same head). A head is checked against the backbone
 
 from __future__ import annotations
 
-import argparse
-import csv
 import hashlib
 import json
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,20 +50,17 @@ from mrp_repro.checkpoint import CheckpointError
 from mrp_repro.config import ConfigError
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import SDARModel
-from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, load_head, save_head
-from mrp_repro.runtime import artifact_dir, provenance, set_num_threads, write_json_atomic
-from mrp_repro.train_backbone import lr_lambda_for
+from mrp_repro.mrp import MRPHead, save_head
+from mrp_repro.runtime import provenance, write_json_atomic
+from mrp_repro.training.common import HEAD_COMMAND, lr_lambda_for, write_curve
 from mrp_repro.trajectories import load_trajectories, model_fingerprint
 
 __all__ = [
     "TrajectoryData",
     "mrp_loss",
+    "heldout_metrics",
     "train_mrp",
-    "train_for_profile",
-    "load_head_for_profile",
-    "head_cost_ratio",
-    "mrp_dir",
-    "main",
+    "train_sources",
 ]
 
 MAX_HELDOUT_ROWS = 512
@@ -260,7 +254,7 @@ def mrp_loss(
 
 
 @torch.no_grad()
-def evaluate(
+def heldout_metrics(
     head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int, device
 ) -> dict:
     """Held-out: the weighted loss and the mean KL per still-masked slot of the head vs the uncorrected A."""
@@ -286,29 +280,10 @@ def evaluate(
     )
 
 
-# ----------------------------------------------------------------------------- cost
-
-
-@torch.no_grad()
-def head_cost_ratio(
-    backbone_model: SDARModel, head: MRPHead, batch: int, block: int, context_blocks: int = 4, repeats: int = 10
-) -> float:
-    """Measured wall time of one head call (lm_head included) / one backbone forward_block (medians of
-    `repeats`), both on `batch` rows of one block with `context_blocks` blocks in their caches."""
-    try:  # bench_modes is moving to measure/cost.py (another change); accept either home
-        from mrp_repro.measure.cost import cost_model
-    except ImportError:
-        from mrp_repro.bench_modes import cost_model
-
-    return cost_model(backbone_model, head, batch, block, Ks=(), context_blocks=context_blocks, repeats=repeats)[
-        "head_cost"
-    ]
-
-
 # ----------------------------------------------------------------------------- training
 
 
-def _sources(profile) -> list[str]:
+def train_sources(profile) -> list[str]:
     ts = profile.mrp.train_source
     return [ts] if isinstance(ts, str) else list(ts)
 
@@ -344,13 +319,7 @@ def _write_curves(out_dir: Path, curve: list[dict], heldout: list[dict]) -> None
     ]
     rows = [{"split": "train", **r} for r in curve] + [{"split": "heldout", **r} for r in heldout]
     rows.sort(key=lambda r: (r["step"], r["split"]))
-    tmp = out_dir / ".loss_curve.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, out_dir / "loss_curve.csv")
-    write_json_atomic(out_dir / "loss_curve.json", {"train": curve, "heldout": heldout})
+    write_curve(out_dir, rows, fields, {"train": curve, "heldout": heldout})
 
 
 def train_mrp(
@@ -361,11 +330,14 @@ def train_mrp(
     progress: bool = True,
     resume: bool = True,
     stop_after: int | None = None,
+    extra_metrics: Callable[[MRPHead], dict] | None = None,
 ) -> dict:
     """Train a head on the trajectories in `trajectories_dir` (a directory or a list: a mix of sources).
 
     backbone: a `backbone.Backbone` (or anything with .model and .mask_id). stop_after: return after that
-    many steps of this call (tests use it to simulate a killed run). Returns the metrics dict."""
+    many steps of this call (tests use it to simulate a killed run). extra_metrics(head) adds entries to
+    metrics.json once training has finished (stages.train_head measures the head's cost there).
+    Returns the metrics dict."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
@@ -396,7 +368,7 @@ def train_mrp(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, warm, tc.min_lr_ratio))
     curve, heldout, start = [], [], 0
     ck = out / "ckpt.pt"
-    rerun = rerun_command(profile)
+    rerun = HEAD_COMMAND.format(name=profile.name)
     if resume and ck.exists():
         try:
             st = torch.load(ck, map_location=dev, weights_only=False)
@@ -413,7 +385,7 @@ def train_mrp(
     bs = tc.batch_size
     t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
     if not heldout and len(held_rows):
-        heldout.append({"step": 0, **evaluate(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
+        heldout.append({"step": 0, **heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -442,7 +414,7 @@ def train_mrp(
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
             if len(held_rows):
                 heldout.append(
-                    {"step": step + 1, **evaluate(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)}
+                    {"step": step + 1, **heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)}
                 )
             _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
             _write_curves(out, curve, heldout)
@@ -452,14 +424,13 @@ def train_mrp(
         bar.close()
     if step < tc.steps:  # interrupted on purpose (stop_after)
         return {"step": step, "finished": False}
-    ratio = head_cost_ratio(model, head.eval(), batch=min(bs, 32), block=L)
     first, last = (heldout[0], heldout[-1]) if heldout else ({}, {})
     metrics = dict(
         finished=True,
         steps=tc.steps,
         train_rows=len(train_rows),
         heldout_rows=len(held_rows),
-        train_sources=_sources(profile),
+        train_sources=train_sources(profile),
         train_time_s=curve[-1]["elapsed_s"] if curve else 0.0,
         final_train_loss=float(np.mean([c["loss"] for c in curve[-20:]])) if curve else None,
         initial_heldout_kl=first.get("heldout_kl"),
@@ -468,110 +439,21 @@ def train_mrp(
         heldout_kl_step1=last.get("heldout_kl_step1"),
         heldout_baseline_kl_step1=last.get("heldout_baseline_kl_step1"),
         heldout_loss=last.get("heldout_loss"),
-        head_cost_ratio=ratio,
-        head_cost_ratio_batch=min(bs, 32),
         head_parameters=sum(p.numel() for p in head.parameters()),
         backbone_parameters=sum(p.numel() for p in model.parameters()),
         backbone_hash=bb_hash,
         k_steps=mc.k_steps,
         objective=mc.objective,
     )
+    if extra_metrics is not None:
+        metrics.update(extra_metrics(head.eval()))
     _write_curves(out, curve, heldout)
     save_head(
         head,
         out / "head",
-        extra=dict(backbone_hash=bb_hash, train_sources=_sources(profile), k_steps=mc.k_steps, rerun=rerun),
+        extra=dict(backbone_hash=bb_hash, train_sources=train_sources(profile), k_steps=mc.k_steps, rerun=rerun),
     )
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "provenance.json", provenance(profile, dev))
     write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
     return metrics
-
-
-def mrp_dir(profile, backbone) -> Path:
-    key = hashlib.sha256(
-        (
-            profile.section_hash("mrp", "mrp_training", "trajectories", "data")
-            + "|"
-            + model_fingerprint(backbone.model)
-        ).encode()
-    ).hexdigest()[:12]
-    return artifact_dir(profile, "mrp", key)
-
-
-def rerun_command(profile) -> str:
-    return f"python -m mrp_repro.train_mrp --profile {profile.name}"
-
-
-def train_for_profile(profile, backbone, progress: bool = True, allow_backbone_mismatch: bool = False) -> Path:
-    """The trained head's artifact directory (head weights in <dir>/head); trains (and collects
-    trajectories) only when missing, so a second call returns at once.
-
-    On reuse the head is loaded once against this backbone's fingerprint: a missing or unreadable
-    head is rewritten from ckpt.pt (a finished run's last checkpoint: no step is retrained); a head of
-    another backbone is refused (BackboneMismatchError) unless allow_backbone_mismatch."""
-    from mrp_repro.trajectories import collect_for_profile
-
-    out = mrp_dir(profile, backbone)
-    if (out / "done.json").exists():
-        try:
-            _load(profile, backbone, out, allow_backbone_mismatch)
-            return out
-        except BackboneMismatchError:
-            raise
-        except (HeadNotFoundError, CheckpointError) as e:
-            import sys
-
-            print(f"train_mrp: {e}; rewriting the head from {out / 'ckpt.pt'}", file=sys.stderr)
-            (out / "done.json").unlink()
-    dirs = [collect_for_profile(profile, backbone, s, progress=progress).parent for s in _sources(profile)]
-    train_mrp(profile, backbone, dirs, out, progress=progress, resume=True)
-    return out
-
-
-def _load(profile, backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHead:
-    m = backbone.model
-    return load_head(
-        out / "head",
-        m.config,
-        device=m.lm_head.weight.device,
-        dtype=m.lm_head.weight.dtype,
-        backbone_hash=model_fingerprint(m),
-        allow_backbone_mismatch=allow_backbone_mismatch,
-    )
-
-
-def load_head_for_profile(profile, backbone, progress: bool = True, allow_backbone_mismatch: bool = False):
-    """The profile's trained MRPHead on `backbone` (trained first if missing), on the backbone's device
-    and dtype, refused if it was trained on another backbone unless allow_backbone_mismatch=True."""
-    out = train_for_profile(profile, backbone, progress, allow_backbone_mismatch)
-    return _load(profile, backbone, out, allow_backbone_mismatch)
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="tiny")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument(
-        "--allow-backbone-mismatch",
-        action="store_true",
-        help="reuse a head recorded for another backbone fingerprint (normally refused)",
-    )
-    args = ap.parse_args(argv)
-    from mrp_repro.backbone import load_for_profile
-    from mrp_repro.cli import load_profile_arg
-
-    profile = load_profile_arg(args.profile)
-    set_num_threads(profile.backbone_training.num_threads)
-    bb = load_for_profile(profile, progress=not args.no_progress)
-    out = train_for_profile(
-        profile, bb, progress=not args.no_progress, allow_backbone_mismatch=args.allow_backbone_mismatch
-    )
-    print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))
-    print(out)
-
-
-if __name__ == "__main__":
-    from mrp_repro.cli import run_cli
-
-    run_cli(main)

@@ -1,8 +1,10 @@
 """Train the tiny SDAR-style backbone from scratch with the block-diffusion objective.
 
-    .venv/bin/python -m mrp_repro.train_backbone --profile tiny      # ~15 CPU-minutes, cached
-    .venv/bin/python -m mrp_repro.train_backbone --profile smoke     # seconds
-    .venv/bin/python -m mrp_repro.train_backbone --profile smoke --debug   # user errors with the traceback
+    .venv/bin/python -m mrp_repro.stages backbone --profile tiny      # ~14 CPU-minutes, cached
+    .venv/bin/python -m mrp_repro.stages backbone --profile smoke     # seconds
+
+    from mrp_repro.training.backbone import train_backbone
+    metrics = train_backbone(profile, out_dir)        # stages.backbone(profile) picks out_dir and reuses it
 
 Objective (METHOD.md §1, SDAR / BD3-LM): each training sequence is
 ``prompt (padded to whole blocks) + a random valid answer + EOS up to the end of
@@ -29,10 +31,7 @@ from step 0 and, batches being keyed by step, ends at the same weights).
 
 from __future__ import annotations
 
-import argparse
-import csv
 import json
-import math
 import os
 import random
 import shutil
@@ -49,6 +48,7 @@ from mrp_repro.model import ModelConfig, SDARModel, count_parameters
 from mrp_repro.runtime import provenance, set_num_threads, write_json_atomic
 from mrp_repro.tasks import synthetic
 from mrp_repro.tokenizer import build_tiny_tokenizer, eos_token_ids, mask_token_id, save_tokenizer
+from mrp_repro.training.common import BACKBONE_COMMAND, lr_lambda_for, write_curve
 
 __all__ = [
     "NOISE_T_MIN",
@@ -252,16 +252,6 @@ class TrainData:
 # ----------------------------------------------------------------------------- schedule / state
 
 
-def lr_lambda_for(steps: int, warmup: int, min_ratio: float):
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(warmup, 1)
-        prog = min(1.0, (step - warmup) / max(steps - warmup, 1))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * prog))
-
-    return f
-
-
 def _latest_checkpoint(out_dir: Path) -> Path | None:
     cks = sorted(out_dir.glob("ckpt-*"), key=lambda p: int(p.name.split("-")[1]))
     cks = [c for c in cks if (c / "state.pt").exists() and (c / "model.safetensors").exists()]
@@ -289,16 +279,6 @@ def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve) -> Path
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
-
-
-def _write_curve(out_dir: Path, curve: list[dict]) -> None:
-    tmp = out_dir / ".loss_curve.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=["step", "loss", "lr", "elapsed_s"])
-        w.writeheader()
-        w.writerows(curve)
-    os.replace(tmp, out_dir / "loss_curve.csv")
-    write_json_atomic(out_dir / "loss_curve.json", curve)
 
 
 # ----------------------------------------------------------------------------- training
@@ -351,7 +331,7 @@ def train_backbone(
     latest = _latest_checkpoint(out_dir) if resume else None
     if latest is not None:
         fix = (
-            f"delete {latest} and rerun python -m mrp_repro.train_backbone --profile {profile.name} "
+            f"delete {latest} and rerun {BACKBONE_COMMAND.format(name=profile.name)} "
             "(training restarts from step 0 and, with batches keyed by step, ends at the same weights)"
         )
         sd = ckpt_io.load_backbone(latest, dtype=torch.float32, fix=fix).state_dict()
@@ -404,7 +384,7 @@ def train_backbone(
         stopping = stop_after is not None and ran >= stop_after and step < tc.steps
         if step % tc.ckpt_every == 0 or step == tc.steps or stopping:
             _save_checkpoint(out_dir, step, model, opt, sched, curve)
-            _write_curve(out_dir, curve)
+            write_curve(out_dir, curve, ["step", "loss", "lr", "elapsed_s"], curve)
         if stopping:
             break
     if bar is not None:
@@ -420,7 +400,7 @@ def train_backbone(
     save_tokenizer(tok, tmp)
     shutil.rmtree(model_dir, ignore_errors=True)
     os.replace(tmp, model_dir)
-    _write_curve(out_dir, curve)
+    write_curve(out_dir, curve, ["step", "loss", "lr", "elapsed_s"], curve)
     tail = [c["loss"] for c in curve[-max(1, len(curve) // 20) :]]
     metrics = {
         "finished": True,
@@ -443,27 +423,3 @@ def hash_seed(seed: int, step: int) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.sha256(f"bd-noise|{seed}|{step}".encode()).digest()[:8], "big") >> 1
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
-    ap.add_argument("--no-resume", action="store_true")
-    ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--threads", type=int, default=None, help="override backbone_training.num_threads")
-    args = ap.parse_args(argv)
-    from mrp_repro.backbone import backbone_dir
-    from mrp_repro.cli import load_profile_arg
-
-    profile = load_profile_arg(args.profile)
-    out = backbone_dir(profile)
-    metrics = train_backbone(
-        profile, out, progress=not args.no_progress, resume=not args.no_resume, num_threads=args.threads
-    )
-    print(json.dumps({"out_dir": str(out), **metrics}, indent=2))
-
-
-if __name__ == "__main__":
-    from mrp_repro.cli import run_cli
-
-    run_cli(main)

@@ -9,7 +9,7 @@ import torch
 
 from mrp_repro.checkpoint import load_backbone
 from mrp_repro.model import SDARModel
-from mrp_repro.train_backbone import (
+from mrp_repro.training.backbone import (
     TrainData,
     build_block_diffusion_batch,
     make_tokenizer,

@@ -1,0 +1,301 @@
+"""The pipeline's stages: a profile in, an artifact out, cached under runs/<profile>/<stage>-<hash>/.
+
+    from mrp_repro import stages
+    from mrp_repro.config import load_profile
+    P = load_profile("tiny")
+    bb = stages.backbone(P)                    # trains a scratch backbone once (~14 CPU-min on tiny), else loads it
+    d = stages.trajectories(P, bb, "self")     # collects (or resumes, or reuses) one trajectory source
+    head = stages.head(P, bb)                  # trains the MRP head once; on bb's device and in bb's dtype
+
+Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
+valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
+artifact directory is named by a hash of exactly the settings it depends on (`*_dir` functions), plus the
+backbone's weight fingerprint for everything trained or collected on a backbone.
+
+Command line (each stage also builds the ones it needs; `--debug` shows a user error's traceback):
+
+    .venv/bin/python -m mrp_repro.stages backbone --profile tiny
+    .venv/bin/python -m mrp_repro.stages trajectories --profile tiny [--source self]
+    .venv/bin/python -m mrp_repro.stages head --profile tiny [--allow-backbone-mismatch]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import torch
+
+from mrp_repro import checkpoint as ckpt_io
+from mrp_repro.backbone import Backbone, special_ids
+from mrp_repro.config import Profile
+from mrp_repro.errors import UserError
+from mrp_repro.model import SDARModel
+from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, load_head
+from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype, set_num_threads
+from mrp_repro.tokenizer import load_tokenizer
+from mrp_repro.training.common import BACKBONE_COMMAND, HEAD_COMMAND
+from mrp_repro.training.mrp import train_mrp, train_sources
+from mrp_repro.trajectories import FORMAT_VERSION, collect, model_fingerprint, read_manifest, shard_problem
+
+__all__ = [
+    "BACKBONE_SECTIONS",
+    "BackboneNotTrained",
+    "backbone_dir",
+    "backbone",
+    "random_backbone",
+    "training_problems",
+    "trajectories_dir",
+    "trajectories",
+    "head_dir",
+    "train_head",
+    "head",
+    "main",
+]
+
+BACKBONE_SECTIONS = ("model", "tokenizer", "data", "backbone_training")
+
+
+class BackboneNotTrained(UserError, FileNotFoundError):
+    """A scratch profile's backbone is not trained yet (and training was not asked for)."""
+
+
+# ----------------------------------------------------------------------------- backbone
+
+
+def backbone_dir(profile: Profile) -> Path:
+    """The artifact directory of a scratch profile's trained backbone."""
+    from mrp_repro.tasks.synthetic import GENERATOR_VERSION
+
+    key = hashlib.sha256(f"{profile.section_hash(*BACKBONE_SECTIONS)}:synthetic-v{GENERATOR_VERSION}".encode())
+    return artifact_dir(profile, "backbone", key.hexdigest()[:12])
+
+
+def backbone(
+    profile: Profile,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    train_if_missing: bool = True,
+    progress: bool = True,
+) -> Backbone:
+    """The profile's frozen backbone on `device` in `dtype` (default: runtime.pick_device / the profile's dtype).
+
+    Scratch profiles train once into backbone_dir(profile) (a deleted model/ is rewritten from the last
+    training checkpoint); hub and local profiles load a hub-format checkpoint and its tokenizer."""
+    dev = pick_device(device)
+    dt = pick_dtype(dev, dtype if dtype is not None else profile.model.dtype)
+    src = profile.model.source
+    if src == "scratch":
+        out = backbone_dir(profile)
+        path = out / "model"
+        rerun = BACKBONE_COMMAND.format(name=profile.name)
+        if not (out / "done.json").exists() or not (path / "model.safetensors").exists():
+            if not train_if_missing:
+                raise BackboneNotTrained(f"no trained backbone at {out}; run {rerun}")
+            from mrp_repro.training.backbone import train_backbone
+
+            train_backbone(profile, out, progress=progress)
+        fix = (
+            f"delete {path} and rerun {rerun} (it rewrites the model from the last training checkpoint "
+            f"in {out}, without retraining)"
+        )
+        model = ckpt_io.load_backbone(path, device=dev, dtype=dt, fix=fix)
+        tok = load_tokenizer(path)
+    else:
+        name = profile.model.hub_id if src == "hub" else profile.model.local_dir
+        model = ckpt_io.load_backbone(name, revision=profile.model.revision, device=dev, dtype=dt)
+        path = ckpt_io.resolve_checkpoint_dir(name, profile.model.revision)
+        tok = load_tokenizer(profile.tokenizer.hub_id or str(path))
+    mask_id, eos, pad = special_ids(tok)
+    if dev.type == "cpu" and profile.evaluation.num_threads:
+        set_num_threads(profile.evaluation.num_threads)  # training set its own count; decoding wants this one
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return Backbone(model, tok, mask_id, eos, pad, profile.block_size, Path(path), profile)
+
+
+def random_backbone(profile: Profile, std: float = 0.02, seed: int = 0, device=None) -> Backbone:
+    """A randomly initialised scratch backbone of `profile`'s shape with the tiny tokenizer (no training)."""
+    from mrp_repro.training.backbone import make_tokenizer, model_config_for
+
+    tok = make_tokenizer()
+    model = SDARModel(model_config_for(profile, len(tok))).init_weights(std, torch.Generator().manual_seed(seed))
+    model = model.to(pick_device(device) if device is not None else "cpu").eval()
+    mask_id, eos, pad = special_ids(tok)
+    return Backbone(model, tok, mask_id, eos, pad, profile.block_size, None, profile)
+
+
+# ----------------------------------------------------------------------------- trajectories
+
+
+def training_problems(profile: Profile) -> list:
+    """profile.trajectories.n_prompts training problems, split evenly over the synthetic tasks."""
+    from mrp_repro.tasks import synthetic
+
+    tasks = [t for t in profile.data.tasks if t in synthetic.TASKS]
+    if not tasks:
+        raise NotImplementedError(
+            f"profile {profile.name}: trajectories are collected from synthetic training tasks only; "
+            f"data.tasks={profile.data.tasks} has none"
+        )
+    n = profile.trajectories.n_prompts
+    per = [n // len(tasks) + (i < n % len(tasks)) for i in range(len(tasks))]
+    probs = []
+    for t, k in zip(tasks, per, strict=True):
+        probs.extend(synthetic.generate(t, "train", k, profile.data.seed, profile.block_size))
+    return probs
+
+
+def trajectories_dir(profile: Profile, bb: Backbone, source: str) -> Path:
+    key = hashlib.sha256(
+        f"{profile.section_hash('trajectories', 'data')}|{model_fingerprint(bb.model)}|{source}|"
+        f"{FORMAT_VERSION}|{profile.decoding.max_new_tokens}".encode()
+    ).hexdigest()[:12]
+    return artifact_dir(profile, f"trajectories-{source}", key)
+
+
+def trajectories(profile: Profile, bb: Backbone, source: str | None = None, progress: bool = True) -> Path:
+    """Collect (or resume, or reuse) `source` trajectories of a profile; returns their directory.
+
+    source: default profile.mrp.train_source (its first entry if a list). Reuse checks every listed
+    shard with a stat (exists, recorded size), not its sha256: the consumer (trajectories.load_trajectories)
+    hashes every shard on load anyway and names the file and the fix, so hashing here too would read GBs
+    twice on an SDAR profile. A missing or truncated shard falls through to `collect`, which redoes only
+    the bad shards."""
+    if source is None:
+        ts = profile.mrp.train_source
+        source = ts if isinstance(ts, str) else ts[0]
+    out = trajectories_dir(profile, bb, source)
+    if (out / "manifest.json").exists():
+        manifest = read_manifest(out)
+        if manifest.get("complete") and all(shard_problem(out, e, full=False) is None for e in manifest["shards"]):
+            return out
+    collect(
+        bb.model,
+        bb.mask_id,
+        training_problems(profile),
+        source,
+        out,
+        profile.trajectories.shard_size,
+        profile.seed,
+        progress,
+        block_size=profile.block_size,
+        eos_ids=bb.eos_ids,
+        pad_id=bb.pad_id,
+        tokenizer=bb.tokenizer,
+        max_new_tokens=profile.decoding.max_new_tokens,
+        batch_size=profile.decoding.batch_size,
+        chain_steps=profile.trajectories.chain_steps,
+        profile_hash=profile.section_hash("trajectories", "data"),
+        rerun=f"{HEAD_COMMAND.format(name=profile.name)} (or notebook 02)",
+    )
+    return out
+
+
+# ----------------------------------------------------------------------------- MRP head
+
+
+def head_dir(profile: Profile, bb: Backbone) -> Path:
+    """runs/<profile>/mrp-<hash>/: head/ (weights, config), metrics.json, loss curves, ckpt.pt."""
+    key = hashlib.sha256(
+        (
+            profile.section_hash("mrp", "mrp_training", "trajectories", "data") + "|" + model_fingerprint(bb.model)
+        ).encode()
+    ).hexdigest()[:12]
+    return artifact_dir(profile, "mrp", key)
+
+
+def _load_head(bb: Backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHead:
+    m = bb.model
+    return load_head(
+        out / "head",
+        m.config,
+        device=m.lm_head.weight.device,
+        dtype=m.lm_head.weight.dtype,
+        backbone_hash=model_fingerprint(m),
+        allow_backbone_mismatch=allow_backbone_mismatch,
+    )
+
+
+def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_mismatch: bool = False) -> Path:
+    """head_dir(profile, bb), trained (trajectories collected first) only when missing.
+
+    On reuse the head is loaded once against the backbone's fingerprint: a missing or unreadable head is
+    rewritten from ckpt.pt (a finished run's last checkpoint: no step is retrained); a head of another
+    backbone is refused (BackboneMismatchError) unless allow_backbone_mismatch."""
+    out = head_dir(profile, bb)
+    if (out / "done.json").exists():
+        try:
+            _load_head(bb, out, allow_backbone_mismatch)
+            return out
+        except BackboneMismatchError:
+            raise
+        except (HeadNotFoundError, ckpt_io.CheckpointError) as e:
+            print(f"stages.head: {e}; rewriting the head from {out / 'ckpt.pt'}", file=sys.stderr)
+            (out / "done.json").unlink()
+    dirs = [trajectories(profile, bb, s, progress=progress) for s in train_sources(profile)]
+    batch = min(profile.mrp_training.batch_size, 32)
+
+    def head_cost(h: MRPHead) -> dict:
+        from mrp_repro.measure.cost import head_cost_ratio
+
+        return dict(head_cost_ratio=head_cost_ratio(bb.model, h, batch, bb.block_size), head_cost_ratio_batch=batch)
+
+    train_mrp(profile, bb, dirs, out, progress=progress, resume=True, extra_metrics=head_cost)
+    return out
+
+
+def head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_mismatch: bool = False) -> MRPHead:
+    """The profile's trained MRP head on `bb` (trained first if missing), on the backbone's device and in its
+    dtype, refused if it was trained on another backbone unless allow_backbone_mismatch=True."""
+    out = train_head(profile, bb, progress, allow_backbone_mismatch)
+    return _load_head(bb, out, allow_backbone_mismatch)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+
+    from mrp_repro.config import load_profile
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=("backbone", "trajectories", "head"))
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--source", default=None, help="trajectories: the source (default: mrp.train_source)")
+    ap.add_argument("--threads", type=int, default=None, help="backbone: override backbone_training.num_threads")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument(
+        "--allow-backbone-mismatch",
+        action="store_true",
+        help="head: reuse a head recorded for another backbone fingerprint (normally refused)",
+    )
+    args = ap.parse_args(argv)
+    profile = load_profile(args.profile)
+    progress = not args.no_progress
+    if args.stage == "backbone" and profile.model.source == "scratch":
+        from mrp_repro.training.backbone import train_backbone
+
+        out = backbone_dir(profile)  # train_backbone resumes, or returns a finished run's metrics at once
+        print(json.dumps({"out_dir": str(out), **train_backbone(profile, out, progress, num_threads=args.threads)}))
+        return
+    set_num_threads(profile.backbone_training.num_threads)
+    bb = backbone(profile, progress=progress)
+    if args.stage == "backbone":
+        print(bb.path)
+    elif args.stage == "trajectories":
+        print(trajectories(profile, bb, args.source, progress=progress))
+    else:
+        out = train_head(profile, bb, progress, args.allow_backbone_mismatch)
+        print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))
+        print(out)
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)
