@@ -126,11 +126,8 @@ def test_gold_solutions_score_correct():
 def test_canonical_code_solutions_pass_in_sandbox():
     h = load_benchmark("humaneval", limit=1)[0]
     out = "```python\n" + h.extra["canonical_solution"] + "\n```"  # body only: prompt is prepended
-    assert score_code(out, h) == {
-        "correct": True,
-        "extracted": score_code(out, h)["extracted"],
-        "status": "passed",
-    }
+    r = score_code(out, h)
+    assert r == {"correct": True, "extracted": r["extracted"], "status": "passed", "sandbox": "bwrap"}
     wrong = "```python\n" + h.prompt_text + "    return False\n```"
     assert not score_code(wrong, h)["correct"]
     mb = load_benchmark("mbpp", data_dir=DATA, limit=1)[0]

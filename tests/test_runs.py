@@ -133,3 +133,19 @@ def test_stages_backbone_local_checkpoint(smoke_profile, tmp_path):
     assert bb.mask_id == rb.mask_id and bb.eos_ids == rb.eos_ids
     for (k, a), (_, b) in zip(rb.model.state_dict().items(), bb.model.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
+
+
+def test_score_problem_uses_each_benchmarks_no_box_rule():
+    """GSM8K falls back to the last number, MATH500 to OpenCompass's "answer is" sentence; code rows name the
+    sandbox that ran them."""
+    from mrp_repro.tasks.benchmarks import Problem
+
+    gsm = Problem("gsm8k/0", "gsm8k", "q", "18")
+    assert score_problem(gsm, "She sells 16 - 3 - 4 = 9 eggs, so she makes 9 * 2 = 18 dollars")["correct"]
+    assert not score_problem(gsm, "She makes 18 dollars, or 19 with the tip")["correct"]  # the LAST number
+    m5 = Problem("math500/0", "math500", "q", "5")
+    assert score_problem(m5, "We simplify. The final answer is 5")["correct"]
+    assert not score_problem(m5, "The final answer is 7. Then 5")["correct"]  # the answer sentence wins
+    mb = Problem("mbpp/0", "mbpp", "q", "assert f(1) == 2", entry_point="f")
+    r = score_problem(mb, "```python\ndef f(x):\n    return x + 1\n```")
+    assert r["correct"] and r["sandbox"] == "bwrap"

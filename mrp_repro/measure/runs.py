@@ -58,13 +58,14 @@ def score_problem(problem, text: str) -> dict:
     from mrp_repro.tasks import extract
 
     if b in ("gsm8k", "math500"):
-        r = extract.score_math(text, problem.reference)
+        r = extract.score_math(text, problem.reference, benchmark=b)
+        sandbox = ""  # nothing is executed
     elif b in ("humaneval", "mbpp"):
         r = extract.score_code(text, problem)
+        sandbox = r["sandbox"]  # which sandbox ran the tests: "bwrap", or "guard-only" when opted in
     else:
         raise ValueError(f"no scorer for benchmark {b!r}; add one to measure.runs.score_problem")
-    return {"correct": bool(r["correct"]), "valid_chain": math.nan, "extracted": r.get("extracted"),
-            "sandbox": r.get("sandbox", "")}  # fmt: skip
+    return {"correct": bool(r["correct"]), "valid_chain": math.nan, "extracted": r["extracted"], "sandbox": sandbox}
 
 
 def eval_problems(profile, task: str | None = None, n: int | None = None) -> list:

@@ -305,7 +305,7 @@ def score_math(output_text: str, gold: str, benchmark: str | None = None) -> dic
     """``{"correct": bool, "extracted": str | None}`` for one math output.
 
     Pass ``benchmark="gsm8k"`` / ``"math500"`` for that benchmark's no-box rule
-    (``evaluate`` should pass ``benchmark=problem.benchmark``).
+    (``measure.runs.score_problem`` passes ``benchmark=problem.benchmark``).
     """
     extracted = extract_math_answer(output_text, benchmark=benchmark)
     return {"correct": extracted is not None and math_equal(extracted, gold), "extracted": extracted}
