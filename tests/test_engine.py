@@ -83,7 +83,6 @@ def test_bad_prompts_rejected():
 # -- the vectorised engine (issue 14) against the frozen pre-issue-14 loop, and the fused commit --------------
 def _policies(head):
     from mrp_repro.decoding import Direct, Remask, Speculative
-
     from tests.legacy_decoding import LegacyDirect, LegacySpeculative
 
     out = [(Static(1), Static(1)), (Static(2), Static(2)), (Dynamic(0.3), Dynamic(0.3))]
@@ -115,7 +114,6 @@ def _events(trace):
 def test_vectorised_engine_equals_legacy_loop(block, batch):
     """Same tokens, same RowStats (every field), same trace events as the frozen per-row loop."""
     from mrp_repro.decoding.mismatch import common_token, random_backbone, random_head, random_prompts
-
     from tests.legacy_decoding import legacy_generate
 
     m, h = random_backbone(block, torch.float64), random_head(block + 1, torch.float64)
@@ -181,7 +179,7 @@ def test_fused_commit_is_lossless_among_fused_runs(dtype):
         ps = random_prompts(12, block, 2 * block + 3)
         eos = common_token(m, ps, block)
 
-        def run(policy, fuse):
+        def run(policy, fuse, m=m, ps=ps, block=block, eos=eos):
             toks, stats = [], []
             for i in range(0, len(ps), 4):
                 r = generate(m, ps[i : i + 4], policy, block, MASK, [eos], 2 * block + 3, pad_id=PAD, fuse_commit=fuse)
