@@ -1,0 +1,241 @@
+"""Wall-clock speed of speculative decoding against static, on a profile's trained backbone and head (issue 14).
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.measure.speed --profile tiny            # 64 prompts per task
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.measure.speed --profile smoke --n 16 --repeats 3
+    from mrp_repro.measure.speed import speed_table, head_breakdown
+
+Per task: one prompt at a time (and --batch rows at a time), static(1) and speculative(K, mrp) for each K, each
+with the upstream engine (every commit its own forward) and with fuse_commit=True, interleaved in one process,
+median wall time of --repeats passes (trace off). Columns: wall_s, speedup (static of the same engine / this),
+predicted (the cost model, measure/cost.py, at the same batch: static forwards / (forwards - rounds + rounds *
+verify_cost + head calls * head_cost)), tpf and tpf_vs_oracle (speculative(K, oracle) is the ceiling),
+lossless (tokens identical to static on every prompt), and a breakdown of one instrumented pass: seconds in
+block forwards, verifies, commits, head steps, head commits, and outside model calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from mrp_repro.decoding import Speculative, Static
+
+__all__ = ["speed_table", "head_breakdown", "main"]
+
+# Model entry points timed by the instrumented pass, by kind.
+BACKBONE_CALLS = {"forward_block": "block", "forward_candidates": "verify", "commit_block": "commit",
+                  "prefill": "commit", "commit_and_forward": "fused"}  # fmt: skip
+HEAD_CALLS = {"step": "head_step", "commit": "head_commit"}
+
+
+def _load(profile):
+    """The profile's trained backbone and head (mrp_repro.stages; trains them if missing)."""
+    from mrp_repro import stages
+
+    bb = stages.backbone(profile)
+    return bb, stages.head(profile, bb)
+
+
+class _Timer:
+    """Wraps model/head methods (instance attributes, undone by `close`) and sums their wall time by kind."""
+
+    def __init__(self, model, head):
+        self.t = {}
+        self.undo = []
+        for obj, calls in ((model, BACKBONE_CALLS), (head, HEAD_CALLS)):
+            for name, kind in calls.items():
+                self._wrap(obj, name, kind)
+
+    def _wrap(self, obj, name, kind):
+        fn = getattr(obj, name)
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.t[kind] = self.t.get(kind, 0.0) + time.perf_counter() - t0
+
+        setattr(obj, name, timed)
+        self.undo.append((obj, name))
+
+    def close(self):
+        for obj, name in self.undo:
+            delattr(obj, name)
+
+
+def _run(bb, prompts, policy, max_new, batch, fuse):
+    toks, stats = [], []
+    for i in range(0, len(prompts), batch):
+        r = bb.generate(prompts[i : i + batch], policy, max_new, fuse_commit=fuse, trace=False)
+        toks += r.tokens
+        stats += r.stats
+    return toks, stats
+
+
+def _sum(stats, name):
+    return sum(getattr(s, name) for s in stats)
+
+
+@torch.no_grad()
+def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: int = 3, max_new: int | None = None):
+    """prompts: {task: [token ids]} -> one row per (task, batch, engine, policy)."""
+    from mrp_repro.measure.cost import cost_model
+
+    max_new = max_new or 24
+    rows = []
+    for batch in batches:
+        cm = cost_model(bb.model, head, batch=batch, block=bb.block_size, Ks=list(Ks))
+        for task, ps in prompts.items():
+            settings = [("static", Static(1))] + [(f"spec{K}", Speculative(K, "mrp", head=head)) for K in Ks]
+            engines = (("upstream", False), ("fused", True))
+            times = {}
+            for _ in range(repeats):  # interleaved: drift hits every setting alike
+                for eng, fuse in engines:
+                    for name, pol in settings:
+                        t0 = time.perf_counter()
+                        _run(bb, ps, pol, max_new, batch, fuse)
+                        times.setdefault((eng, name), []).append(time.perf_counter() - t0)
+            for eng, fuse in engines:
+                want, st0 = _run(bb, ps, Static(1), max_new, batch, fuse)
+                fw = "fused_backbone_forwards" if fuse else "backbone_forwards"
+                static_fw = _sum(st0, fw)
+                t_static = float(pd.Series(times[(eng, "static")]).median())
+                for name, pol in settings:
+                    timer = _Timer(bb.model, head)
+                    t0 = time.perf_counter()
+                    try:
+                        toks, st = _run(bb, ps, pol, max_new, batch, fuse)
+                    finally:
+                        timer.close()
+                    total = time.perf_counter() - t0
+                    wall = float(pd.Series(times[(eng, name)]).median())
+                    row = dict(task=task, batch=batch, engine=eng, policy=pol.name, wall_s=wall,
+                               speedup=t_static / wall, lossless=toks == want, tokens=_sum(st, "tokens"),
+                               denoise_forwards=_sum(st, "denoise_forwards"), forwards=_sum(st, fw),
+                               tpf=_sum(st, "tokens") / max(_sum(st, "denoise_forwards"), 1),
+                               rounds=_sum(st, "rounds"), mrp_forwards=_sum(st, "mrp_forwards"),
+                               head_cost=cm["head_cost"], t_forward_ms=1e3 * cm["t_forward_s"])  # fmt: skip
+                    if isinstance(pol, Speculative):
+                        vc = cm["verify_cost"][pol.K]
+                        pred_t = (
+                            row["forwards"] - row["rounds"] + row["rounds"] * vc + row["mrp_forwards"] * cm["head_cost"]
+                        )
+                        row["predicted"] = static_fw / pred_t
+                        _, so = _run(bb, ps, Speculative(pol.K, "oracle"), max_new, batch, fuse)
+                        row["tpf_vs_oracle"] = row["tpf"] / (_sum(so, "tokens") / max(_sum(so, "denoise_forwards"), 1))
+                        row["verify_cost"] = vc
+                    else:
+                        row["predicted"] = 1.0
+                    for kind in ("block", "fused", "verify", "commit", "head_step", "head_commit"):
+                        row[f"s_{kind}"] = timer.t.get(kind, 0.0)
+                    row["s_outside"] = total - sum(timer.t.values())
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def head_breakdown(model, head, block: int, batch: int = 1, context_blocks: int = 4, repeats: int = 50) -> dict:
+    """Milliseconds of one drafting head step at `batch` rows, by part, and its share of one forward_block:
+    embed, the input projection (enorm, hnorm, concat, eh_proj), rope + mask, the decoder layer(s), the final
+    norm, lm_head over the block, and the pick (draft_pick; pick_static: the backbone's rule, as before)."""
+    from mrp_repro.decoding.mrp_modes import draft_pick, static_pick
+    from mrp_repro.measure.cost import _timed
+
+    dev = model.lm_head.weight.device
+    V, C = model.config.vocab_size, context_blocks * block
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(3, V, (batch, C), generator=g).to(dev)
+    ids = torch.randint(3, V, (batch, block), generator=g).to(dev)
+    cpos = torch.arange(C, device=dev)[None].expand(batch, -1)
+    pos = (C + torch.arange(block, device=dev))[None].expand(batch, -1)
+    kv = torch.ones(batch, C, dtype=torch.bool, device=dev)
+    bkv = torch.ones(batch, block, dtype=torch.bool, device=dev)
+    cache = model.new_cache(batch, C)
+    out = model.prefill(ctx, cpos, kv, cache, block)
+    hcache = head.new_cache(batch, C)
+    head.commit(out.hidden, ctx, cpos, model.embed_tokens, hcache, key_valid=kv, block_size=block)
+    h = model.forward_block(ids, pos, cache).hidden
+    masked = torch.rand(batch, block, generator=g).to(dev) < 0.5
+    from mrp_repro.model import rope_cos_sin
+
+    e = model.embed_tokens(ids)
+    x = head._inputs(h, ids, model.embed_tokens)
+    cos, sin = rope_cos_sin(pos, head.config.head_dim, head.config.rope_theta, x.dtype)
+    own = bkv[:, None, None, :].expand(batch, 1, block, block)
+    mask = torch.cat([head._cache_mask(hcache, batch, block, dev), own], -1)
+    y = head._run(x, pos, mask, hcache, write=False)
+    hc = head.norm(y)
+    logits = model.lm_head(hc)
+    parts = {
+        "forward_block": lambda: model.forward_block(ids, pos, cache),
+        "step_total": lambda: draft_pick(
+            model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache, bkv)), masked, 1
+        ),
+        "embed": lambda: model.embed_tokens(ids),
+        "eh_proj": lambda: head.eh_proj(torch.cat([head.enorm(e), head.hnorm(h)], -1)),
+        "rope_mask": lambda: (
+            rope_cos_sin(pos, head.config.head_dim, head.config.rope_theta, x.dtype),
+            torch.cat([head._cache_mask(hcache, batch, block, dev), own | torch.eye(block, dtype=torch.bool)], -1),
+        ),
+        "layers": lambda: [layer(x, cos, sin, mask, hcache.past(i)) for i, layer in enumerate(head.layers)],
+        "norm": lambda: head.norm(y),
+        "lm_head": lambda: model.lm_head(hc),
+        "pick": lambda: draft_pick(logits.clone(), masked, 1),
+        "pick_static": lambda: static_pick(logits.clone(), masked, 1),
+    }
+    ms = {k: 1e3 * _timed(f, dev, repeats) for k, f in parts.items()}
+    fwd = ms.pop("forward_block")
+    return {"forward_ms": fwd, **{f"{k}_ms": v for k, v in ms.items()}, "step_forwards": ms["step_total"] / fwd}
+
+
+def main(argv=None) -> None:
+    from mrp_repro.backbone import encode_prompts
+    from mrp_repro.config import load_profile
+    from mrp_repro.measure.runs import eval_problems
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--n", type=int, default=64, help="prompts per task")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--Ks", type=int, nargs="+", default=[3, 5])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="write speed.csv and speed.md here")
+    a = ap.parse_args(argv)
+    if a.repeats < 1 or a.n < 1:
+        sys.exit("speed: --repeats and --n must be >= 1")
+    torch.set_num_threads(a.threads)
+    P = load_profile(a.profile)
+    bb, head = _load(P)
+    tasks = list(P.data.tasks)
+    prompts = {t: encode_prompts(bb, eval_problems(P, t, a.n))[: a.n] for t in tasks}
+    max_new = P.decoding.max_new_tokens
+    df = speed_table(bb, head, prompts, a.Ks, a.batches, a.repeats, max_new)
+    hb = head_breakdown(bb.model, head, bb.block_size)
+    pd.set_option("display.width", 250)
+    cols = ["task", "batch", "engine", "policy", "wall_s", "speedup", "predicted", "tpf", "tpf_vs_oracle", "lossless",
+            "forwards", "s_block", "s_fused", "s_verify", "s_commit", "s_head_step", "s_head_commit", "s_outside"]  # fmt: skip
+    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("head step at batch 1 (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in hb.items()))
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(a.out / "speed.csv", index=False)
+        from mrp_repro.decoding.mismatch import to_markdown
+
+        md = to_markdown(df[[c for c in cols if c in df]])
+        (a.out / "speed.md").write_text(
+            md + "\n\nhead step at batch 1: " + str({k: round(v, 4) for k, v in hb.items()})
+        )
+    if not math.isfinite(hb["step_forwards"]):
+        sys.exit("speed: head timing failed")
+
+
+if __name__ == "__main__":
+    main()
