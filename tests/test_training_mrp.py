@@ -1,5 +1,6 @@
 """MRP training: K-step chaining, the loss going down, checkpoint resume, head cost ratio."""
 
+import json
 import random
 from types import SimpleNamespace
 
@@ -139,3 +140,21 @@ def test_head_from_released_state_dict():
     assert got.num_layers == 3
     for k, v in head.state_dict().items():
         assert torch.equal(got.state_dict()[k], v)
+
+
+def test_training_beside_a_bf16_backbone(tmp_path):
+    """MRP_REPRO_DTYPE=bfloat16 used to fail at the first matmul ("expected m1 and m2 to have the same dtype"):
+    the head now keeps fp32 master weights and computes under autocast in the backbone's dtype."""
+    model = tiny_model().to(torch.bfloat16)
+    rng = random.Random(0)
+    items = [([rng.randrange(3, 20) for _ in range(4)], [rng.randrange(3, 20) for _ in range(8)]) for _ in range(24)]
+    d = tmp_path / "traj"
+    collect(model, MASK, items, "gt", d, 16, seed=0, progress=False, block_size=L, eos_ids=[EOS])
+    p = profile(**{"mrp_training.steps": 20, "mrp.k_steps": 1})
+    m = train_mrp(p, SimpleNamespace(model=model, mask_id=MASK), d, tmp_path / "out", progress=False)
+    losses = [r["loss"] for r in json.loads((tmp_path / "out" / "loss_curve.json").read_text())["train"]]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5])
+    assert m["heldout_kl"] < 0.3 * m["initial_heldout_kl"]
+    head = load_head(tmp_path / "out" / "head", model.config, dtype=torch.bfloat16)  # as stages.head loads it
+    assert head.eh_proj.weight.dtype == torch.bfloat16

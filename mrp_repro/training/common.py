@@ -1,15 +1,19 @@
-"""What the two trainers share: the LR schedule, the loss-curve writer, the stage commands in their errors."""
+"""What the trainers share: the LR schedule, the loss-curve writer, the stage commands in their errors, and how
+the head computes beside a low-precision backbone (`head_autocast`)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
 from pathlib import Path
 
+import torch
+
 from mrp_repro.runtime import write_json_atomic
 
-__all__ = ["lr_lambda_for", "write_curve", "BACKBONE_COMMAND", "HEAD_COMMAND"]
+__all__ = ["lr_lambda_for", "write_curve", "head_autocast", "BACKBONE_COMMAND", "HEAD_COMMAND"]
 
 # The command that (re)builds each stage; error messages name it, so following their advice reruns the stage.
 BACKBONE_COMMAND = "python -m mrp_repro.stages backbone --profile {name}"
@@ -37,3 +41,17 @@ def write_curve(out_dir: Path, rows: list[dict], fields: list[str], json_payload
         w.writerows(rows)
     os.replace(tmp, out_dir / "loss_curve.csv")
     write_json_atomic(out_dir / "loss_curve.json", json_payload)
+
+
+def head_autocast(backbone_dtype: torch.dtype, device: torch.device):
+    """The context the head trains in beside a backbone of `backbone_dtype`.
+
+    The head keeps fp32 master weights (AdamW updates of ~1e-3 relative size vanish in bf16's 8-bit mantissa)
+    and computes under autocast in the backbone's dtype, as mixed-precision training upstream does (HF Trainer,
+    bf16=True). Autocast casts the fp32 hidden states, the bf16 frozen lm_head/embeddings and the fp32 head
+    weights to one dtype per matmul, which is what the plain fp32 head could not do ("expected m1 and m2 to
+    have the same dtype"). The saved head is fp32 and loads in any dtype (mrp.load_head casts it).
+    An fp32 backbone: no autocast, bit-for-bit the fp32 path."""
+    if backbone_dtype in (torch.bfloat16, torch.float16):
+        return torch.autocast(device_type=device.type, dtype=backbone_dtype)
+    return contextlib.nullcontext()

@@ -35,6 +35,8 @@ with the same batches, so the same head). A head is checked against the backbone
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import os
@@ -52,7 +54,7 @@ from mrp_repro.kernels import residual_kl
 from mrp_repro.model import SDARModel
 from mrp_repro.mrp import MRPHead, save_head
 from mrp_repro.runtime import provenance, write_json_atomic
-from mrp_repro.training.common import HEAD_COMMAND, lr_lambda_for, write_curve
+from mrp_repro.training.common import HEAD_COMMAND, head_autocast, lr_lambda_for, write_curve
 from mrp_repro.trajectories import load_trajectories, model_fingerprint
 
 __all__ = [
@@ -362,7 +364,9 @@ def train_mrp(
     torch.manual_seed(profile.seed)
     head = MRPHead(model.config, mc.num_layers, mc.objective)
     head.init_weights(mc.init, mc.init_std, generator=torch.Generator().manual_seed(profile.seed))
-    head.to(device=dev, dtype=model.lm_head.weight.dtype).train()
+    # fp32 master weights whatever the backbone's dtype; the forward runs under head_autocast (see there).
+    head.to(device=dev, dtype=torch.float32).train()
+    amp = functools.partial(head_autocast, model.lm_head.weight.dtype, dev)
     opt = torch.optim.AdamW(head.parameters(), lr=tc.lr)
     warm = max(1, int(round(tc.warmup_frac * tc.steps)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, warm, tc.min_lr_ratio))
@@ -385,7 +389,8 @@ def train_mrp(
     bs = tc.batch_size
     t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
     if not heldout and len(held_rows):
-        heldout.append({"step": 0, **heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
+        with amp():
+            heldout.append({"step": 0, **heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -399,7 +404,8 @@ def train_mrp(
             int(hashlib.sha256(f"mrp-batch|{profile.seed}|{step}".encode()).hexdigest()[:15], 16)
         )
         rows = train_rows[torch.randint(len(train_rows), (min(bs, len(train_rows)),), generator=g)]
-        loss = mrp_loss(head, model, data.batch(rows, dev), mc.k_steps, mask_id, L)
+        with amp():
+            loss = mrp_loss(head, model, data.batch(rows, dev), mc.k_steps, mask_id, L)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -413,9 +419,9 @@ def train_mrp(
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
             if len(held_rows):
-                heldout.append(
-                    {"step": step + 1, **heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)}
-                )
+                with amp():
+                    hm = heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)
+                heldout.append({"step": step + 1, **hm})
             _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
             _write_curves(out, curve, heldout)
     else:
@@ -445,8 +451,8 @@ def train_mrp(
         k_steps=mc.k_steps,
         objective=mc.objective,
     )
-    if extra_metrics is not None:
-        metrics.update(extra_metrics(head.eval()))
+    if extra_metrics is not None:  # measured as it will run: in the backbone's dtype
+        metrics.update(extra_metrics(copy.deepcopy(head).eval().to(model.lm_head.weight.dtype)))
     _write_curves(out, curve, heldout)
     save_head(
         head,
