@@ -146,13 +146,26 @@ class MRPConfig:
 
 @dataclass(frozen=True)
 class MRPTrainingConfig:
-    steps: int
-    batch_size: int
+    steps: int  # optimiser steps (online with `epochs` set: replaced by the epoch's step count)
+    batch_size: int  # the global batch: offline trajectory rows, online packed sequences per optimiser step
     lr: float
     warmup_frac: float
     min_lr_ratio: float
     ckpt_every: int
     heldout_frac: float
+    # Which trainer: `offline` (training/mrp.py: collected trajectories) or `online` (training/online.py: the
+    # paper's recipe, noising packed chat SFT sequences and running the frozen backbone inside each step).
+    # The keys below have defaults (= the paper's sizes) and are read by the online recipe only.
+    recipe: Literal["offline", "online"] = "offline"
+    seq_len: int = 4096  # packed sequence length (a multiple of block_size); paper 4096
+    micro_batch_size: int = 1  # sequences per forward; batch_size / micro_batch_size accumulation steps
+    grad_checkpointing: bool = False  # recompute the head's layers in backward (pays at seq 4096, 3 layers)
+    epochs: float | None = None  # set: steps = ceil(epochs * packed train sequences / batch_size)
+    # Chat SFT data: a hub dataset id (upstream JunxiongWang/sftdatasetv3), a local directory of
+    # *.jsonl / *.parquet files, or `gsm8k` (the GSM8K train split); see tasks/sft.py for the fields.
+    sft_source: str = "JunxiongWang/sftdatasetv3"
+    sft_split: str = "train"
+    max_samples: int | None = None  # null: every sample of the source
 
 
 @dataclass(frozen=True)
@@ -372,6 +385,17 @@ def _check_values(p: Profile) -> None:
     )
     need(0.0 <= p.mrp_training.heldout_frac < 1.0, "mrp_training.heldout_frac must be in [0, 1)")
     need(0.0 <= p.mrp_training.warmup_frac < 1.0, "mrp_training.warmup_frac must be in [0, 1)")
+    tc = p.mrp_training
+    need(tc.micro_batch_size >= 1, "mrp_training.micro_batch_size must be >= 1")
+    need(
+        tc.batch_size % tc.micro_batch_size == 0,
+        f"mrp_training.batch_size ({tc.batch_size}) must be a multiple of micro_batch_size ({tc.micro_batch_size})",
+    )
+    need(
+        tc.seq_len > 0 and tc.seq_len % p.block_size == 0,
+        f"mrp_training.seq_len ({tc.seq_len}) must be a positive multiple of block_size ({p.block_size})",
+    )
+    need(tc.epochs is None or tc.epochs > 0, "mrp_training.epochs must be > 0 (or null: use steps)")
     need(0.0 < p.evaluation.ci < 1.0, "evaluation.ci must be in (0, 1)")
     need(all(0.0 < t < 1.0 for t in p.decoding.thresholds), "decoding.thresholds must lie in (0, 1)")
     need(
