@@ -29,7 +29,7 @@ import torch
 
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro.backbone import Backbone, special_ids
-from mrp_repro.config import Profile
+from mrp_repro.config import Profile, repo_root
 from mrp_repro.errors import UserError
 from mrp_repro.model import SDARModel
 from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, load_head
@@ -46,11 +46,13 @@ __all__ = [
     "backbone",
     "random_backbone",
     "training_problems",
+    "training_examples",
     "trajectories_dir",
     "trajectories",
     "head_dir",
     "train_head",
     "head",
+    "pretrained_head",
     "main",
 ]
 
@@ -104,6 +106,13 @@ def backbone(
         tok = load_tokenizer(path)
     else:
         name = profile.model.hub_id if src == "hub" else profile.model.local_dir
+        if src == "local":
+            from mrp_repro import sdar_mini
+
+            if sdar_mini.is_generated(name):  # runs/...: generated here (sdar-mini), written when missing
+                name = str(sdar_mini.ensure(name))
+            elif not Path(name).expanduser().is_absolute():
+                name = str(repo_root() / name)  # relative to the repository, as data.data_dir
         model = ckpt_io.load_backbone(name, revision=profile.model.revision, device=dev, dtype=dt)
         path = ckpt_io.resolve_checkpoint_dir(name, profile.model.revision)
         tok = load_tokenizer(profile.tokenizer.hub_id or str(path))
@@ -131,21 +140,48 @@ def random_backbone(profile: Profile, std: float = 0.02, seed: int = 0, device=N
 
 
 def training_problems(profile: Profile) -> list:
-    """profile.trajectories.n_prompts training problems, split evenly over the synthetic tasks."""
-    from mrp_repro.tasks import synthetic
+    """profile.trajectories.n_prompts training problems, split evenly over the tasks that have training
+    problems: the synthetic tasks (generated), and the benchmarks with a train split (GSM8K train.jsonl, MBPP
+    task ids 601-974; MATH500 and HumanEval are test sets only and are left out)."""
+    from mrp_repro.runtime import data_dir
+    from mrp_repro.tasks import benchmarks, synthetic
 
-    tasks = [t for t in profile.data.tasks if t in synthetic.TASKS]
+    tasks = [t for t in profile.data.tasks if t in synthetic.TASKS or t in benchmarks.TRAIN_BENCHMARKS]
     if not tasks:
-        raise NotImplementedError(
-            f"profile {profile.name}: trajectories are collected from synthetic training tasks only; "
-            f"data.tasks={profile.data.tasks} has none"
+        raise ValueError(
+            f"profile {profile.name}: no task in data.tasks={list(profile.data.tasks)} has training problems; "
+            f"add a synthetic task ({', '.join(synthetic.TASKS)}) or a benchmark with a train split "
+            f"({', '.join(benchmarks.TRAIN_BENCHMARKS)})"
         )
     n = profile.trajectories.n_prompts
     per = [n // len(tasks) + (i < n % len(tasks)) for i in range(len(tasks))]
     probs = []
     for t, k in zip(tasks, per, strict=True):
-        probs.extend(synthetic.generate(t, "train", k, profile.data.seed, profile.block_size))
+        if t in synthetic.TASKS:
+            probs.extend(synthetic.generate(t, "train", k, profile.data.seed, profile.block_size))
+        else:  # the first k of the train split: the same prompts on every run (no shuffling to seed)
+            probs.extend(benchmarks.load_benchmark(t, data_dir(profile), limit=k, split="train"))
     return probs
+
+
+def training_examples(bb: Backbone, problems: list, source: str) -> list:
+    """What trajectories.collect takes: synthetic problems as they are (collect encodes them and samples gt
+    answers); benchmark problems as (prompt ids, answer ids or None) pairs, the prompt formatted with the
+    chat template as at evaluation (backbone.encode_prompts), the gt answer from benchmarks.gold_answer_text."""
+    from mrp_repro.backbone import encode_prompts
+    from mrp_repro.tasks import benchmarks, synthetic
+
+    if all(p.benchmark in synthetic.TASKS for p in problems):
+        return problems
+    out = []
+    for p, ids in zip(problems, encode_prompts(bb, problems), strict=True):
+        if p.benchmark in synthetic.TASKS:
+            raise ValueError("training problems mix synthetic tasks and benchmarks; use one kind per profile")
+        answer = None
+        if source != "self":
+            answer = bb.tokenizer.encode(benchmarks.gold_answer_text(p), add_special_tokens=False)
+        out.append((ids, answer))
+    return out
 
 
 def trajectories_dir(profile: Profile, bb: Backbone, source: str) -> Path:
@@ -175,7 +211,7 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
     collect(
         bb.model,
         bb.mask_id,
-        training_problems(profile),
+        training_examples(bb, training_problems(profile), source),
         source,
         out,
         profile.trajectories.shard_size,
@@ -248,10 +284,27 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
 
 
 def head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_mismatch: bool = False) -> MRPHead:
-    """The profile's trained MRP head on `bb` (trained first if missing), on the backbone's device and in its
-    dtype, refused if it was trained on another backbone unless allow_backbone_mismatch=True."""
+    """The profile's MRP head on `bb`, on the backbone's device and in its dtype: the released head of
+    mrp.pretrained when set (released.load_released_head: refused with a ReleasedHeadMismatch naming both
+    fingerprints if it was released for another backbone), else the trained one (trained first if missing;
+    refused if it was trained on another backbone unless allow_backbone_mismatch=True)."""
+    if profile.mrp.pretrained:
+        return pretrained_head(profile, bb)[0]
     out = train_head(profile, bb, progress, allow_backbone_mismatch)
     return _load_head(bb, out, allow_backbone_mismatch)
+
+
+def pretrained_head(profile: Profile, bb: Backbone):
+    """(head, released.ReleasedInfo) of mrp.pretrained: `owner/name[@revision]` from the hub (or its warm
+    cache), or a local directory; a relative `runs/...` path is a generated artifact under $MRP_REPRO_RUNS,
+    written by its generator when missing (sdar_mini.ensure)."""
+    from mrp_repro import released, sdar_mini
+    from mrp_repro.config import repo_root
+
+    spec = profile.mrp.pretrained
+    if sdar_mini.is_generated(spec):
+        spec = str(sdar_mini.ensure(spec))
+    return released.load_released_head(spec, bb, profile.mrp.objective, profile.mrp.num_layers, root=repo_root())
 
 
 # ----------------------------------------------------------------------------- command line
@@ -289,6 +342,10 @@ def main(argv: list[str] | None = None) -> None:
         print(bb.path)
     elif args.stage == "trajectories":
         print(trajectories(profile, bb, args.source, progress=progress))
+    elif profile.mrp.pretrained:
+        _, info = pretrained_head(profile, bb)
+        print(json.dumps({"pretrained": info.spec, "path": str(info.path), "revision": info.revision,
+                          "num_layers": info.num_layers, "backbone_fingerprint": info.fingerprint}))  # fmt: skip
     else:
         out = train_head(profile, bb, progress, args.allow_backbone_mismatch)
         print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))

@@ -71,7 +71,7 @@ def test_missing_source_error_names_both_ways(monkeypatch, tmp_path):
         with pytest.raises(BenchmarkDataUnavailable) as e:
             load_benchmark(name, data_dir=tmp_path)
         msg = str(e.value)
-        assert "MRP_REPRO_DATA" in msg and "data_dir" in msg and benchmarks._LOCAL[name] in msg
+        assert "MRP_REPRO_DATA" in msg and "data_dir" in msg and benchmarks._LOCAL[(name, "test")] in msg
         assert "hub" in msg and "online" in msg
 
 

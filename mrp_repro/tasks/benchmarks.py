@@ -12,6 +12,13 @@ Where the data come from, first match wins:
        <dir>/math500/test.jsonl          500 problems, gold = field "answer"
        <dir>/mbpp/sanitized-mbpp.json    test split = task ids 11-510 (257)
 
+   and for ``split="train"`` (the prompts MRP training trajectories are collected on)::
+
+       <dir>/gsm8k/train.jsonl           7473 problems
+       <dir>/mbpp/sanitized-mbpp.json    train split = task ids 601-974 (upstream README)
+
+   MATH500 and HumanEval have no train split (a ValueError says so).
+
 2. the Hugging Face hub through ``datasets.load_dataset``: ``openai/gsm8k``
    (``main``, test), ``HuggingFaceH4/MATH-500`` (test),
    ``google-research-datasets/mbpp`` (``sanitized``, test).
@@ -86,6 +93,9 @@ __all__ = [
     "HUMANEVAL_TEMPLATE",
     "MBPP_TEMPLATE",
     "DATA_ENV",
+    "SPLITS",
+    "TRAIN_BENCHMARKS",
+    "gold_answer_text",
 ]
 
 DATA_ENV = "MRP_REPRO_DATA"
@@ -101,19 +111,28 @@ MBPP_TEMPLATE = (
     "You should submit your final solution in a ```python code block."
 )
 
-# benchmark -> (relative local path, hub dataset args)
+SPLITS = ("test", "train")
+#: benchmarks with a train split (MATH500 and HumanEval are test sets only)
+TRAIN_BENCHMARKS = ("gsm8k", "mbpp")
+
+# (benchmark, split) -> relative local path; hub dataset args
 _LOCAL = {
-    "gsm8k": "gsm8k/test.jsonl",
-    "math500": "math500/test.jsonl",
-    "mbpp": "mbpp/sanitized-mbpp.json",
+    ("gsm8k", "test"): "gsm8k/test.jsonl",
+    ("gsm8k", "train"): "gsm8k/train.jsonl",
+    ("math500", "test"): "math500/test.jsonl",
+    ("mbpp", "test"): "mbpp/sanitized-mbpp.json",
+    ("mbpp", "train"): "mbpp/sanitized-mbpp.json",  # one file; the split is the task id range
 }
 _HUB = {
-    "gsm8k": ("openai/gsm8k", "main", "test"),
-    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
-    "mbpp": ("google-research-datasets/mbpp", "sanitized", "test"),
-    "humaneval": ("openai/openai_humaneval", None, "test"),
+    ("gsm8k", "test"): ("openai/gsm8k", "main", "test"),
+    ("gsm8k", "train"): ("openai/gsm8k", "main", "train"),
+    ("math500", "test"): ("HuggingFaceH4/MATH-500", None, "test"),
+    ("mbpp", "test"): ("google-research-datasets/mbpp", "sanitized", "test"),
+    ("mbpp", "train"): ("google-research-datasets/mbpp", "sanitized", "train"),
+    ("humaneval", "test"): ("openai/openai_humaneval", None, "test"),
 }
 MBPP_TEST_IDS = range(11, 511)  # upstream README: 11-510 is the test split
+MBPP_TRAIN_IDS = range(601, 975)  # upstream README: 601-974 is the train split
 
 
 @dataclass(frozen=True)
@@ -151,40 +170,35 @@ def _local_root(data_dir: os.PathLike | str | None) -> Path | None:
     return Path(env) if env else None
 
 
-def _unavailable(name: str, root: Path | None, cause: BaseException | None) -> BenchmarkDataUnavailable:
-    where = (
-        f"{root / _LOCAL[name]}" if root is not None else f"no local folder (data_dir / ${DATA_ENV} unset)"
-    )
-    hub = _HUB[name]
+def _unavailable(name: str, root: Path | None, cause: BaseException | None, split: str = "test"):
+    rel = _LOCAL[(name, split)]
+    where = f"{root / rel}" if root is not None else f"no local folder (data_dir / ${DATA_ENV} unset)"
+    hub = _HUB[(name, split)]
     msg = (
-        f"benchmark {name!r}: no data. Local file: {where} not found; the Hugging Face hub "
+        f"benchmark {name!r} ({split}): no data. Local file: {where} not found; the Hugging Face hub "
         f"({hub[0]}{' ' + hub[1] if hub[1] else ''}, split {hub[2]}) could not be reached"
         f"{f' ({type(cause).__name__}: {cause})' if cause else ''}.\n"
         f"Provide it either way:\n"
         f"  1. offline: pass data_dir=... or set {DATA_ENV}=/path/to/data, a folder laid out as "
-        f"<dir>/{_LOCAL[name]} (e.g. the repository's ../shared/data; see its SOURCE.md files);\n"
+        f"<dir>/{rel} (e.g. the repository's ../shared/data; see its SOURCE.md files);\n"
         f"  2. online: let `datasets.load_dataset` reach the Hugging Face hub "
         f"(network access, HF_HUB_OFFLINE / HF_DATASETS_OFFLINE unset)."
     )
     return BenchmarkDataUnavailable(msg)
 
 
-def _from_hub(name: str) -> list[dict]:
+def _from_hub(name: str, split: str = "test") -> list[dict]:
     import datasets  # slow import; only when really needed
 
-    repo, config, split = _HUB[name]
-    ds = (
-        datasets.load_dataset(repo, config, split=split)
-        if config
-        else datasets.load_dataset(repo, split=split)
-    )
+    repo, config, split = _HUB[(name, split)]
+    ds = datasets.load_dataset(repo, config, split=split) if config else datasets.load_dataset(repo, split=split)
     return [dict(r) for r in ds]
 
 
-def _read_records(name: str, data_dir) -> list[dict]:
+def _read_records(name: str, data_dir, split: str = "test") -> list[dict]:
     root = _local_root(data_dir)
     if root is not None:
-        path = root / _LOCAL[name]
+        path = root / _LOCAL[(name, split)]
         if path.is_file():
             if path.suffix == ".jsonl":
                 with path.open(encoding="utf-8") as f:
@@ -192,16 +206,17 @@ def _read_records(name: str, data_dir) -> list[dict]:
             with path.open(encoding="utf-8") as f:
                 return json.load(f)
     try:
-        return _from_hub(name)
+        return _from_hub(name, split)
     except Exception as e:  # offline, unknown host, missing package, ...
-        raise _unavailable(name, root, e) from e
+        raise _unavailable(name, root, e, split) from e
 
 
-def _gsm8k(records: list[dict]) -> list[Problem]:
+def _gsm8k(records: list[dict], split: str = "test") -> list[Problem]:
     out = []
+    tag = "gsm8k" if split == "test" else "gsm8k/train"  # test ids stay gsm8k/<i>, as before
     for i, r in enumerate(records):
         gold = r["answer"].split("####")[-1].strip()
-        out.append(Problem(f"gsm8k/{i}", "gsm8k", r["question"], gold, None, {"solution": r["answer"]}))
+        out.append(Problem(f"{tag}/{i}", "gsm8k", r["question"], gold, None, {"solution": r["answer"]}))
     return out
 
 
@@ -228,11 +243,12 @@ def _mbpp_entry_point(first_assert: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _mbpp(records: list[dict], all_splits: bool = False) -> list[Problem]:
+def _mbpp(records: list[dict], all_splits: bool = False, split: str = "test") -> list[Problem]:
     out = []
+    ids = MBPP_TEST_IDS if split == "test" else MBPP_TRAIN_IDS
     for r in records:
         tid = int(r["task_id"])
-        if not all_splits and tid not in MBPP_TEST_IDS:
+        if not all_splits and tid not in ids:
             continue
         tests = list(r["test_imports"]) + list(r["test_list"])
         extra = {
@@ -284,19 +300,41 @@ def _humaneval() -> list[Problem]:
 
 
 def load_benchmark(
-    name: str, data_dir: os.PathLike | str | None = None, limit: int | None = None
+    name: str, data_dir: os.PathLike | str | None = None, limit: int | None = None, split: str = "test"
 ) -> list[Problem]:
-    """Problems of benchmark ``name`` (see the module docstring), first ``limit`` only if given."""
+    """Problems of benchmark ``name`` (see the module docstring), first ``limit`` only if given.
+
+    split: "test" (evaluation) or "train" (GSM8K and MBPP only: the prompts of MRP training trajectories)."""
     key = name.lower().replace("-", "").replace("_", "")
     key = {"math": "math500", "sanitizedmbpp": "mbpp", "openaihumaneval": "humaneval"}.get(key, key)
     if key not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; valid names: {', '.join(BENCHMARKS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+    if split == "train" and key not in TRAIN_BENCHMARKS:
+        raise ValueError(f"benchmark {key!r} has no train split; train splits: {', '.join(TRAIN_BENCHMARKS)}")
     if key == "humaneval":
         problems = _humaneval()
+    elif key == "gsm8k":
+        problems = _gsm8k(_read_records(key, data_dir, split), split)
+    elif key == "mbpp":
+        problems = _mbpp(_read_records(key, data_dir, split), split=split)
     else:
-        records = _read_records(key, data_dir)
-        problems = {"gsm8k": _gsm8k, "math500": _math500, "mbpp": _mbpp}[key](records)
+        problems = _math500(_read_records(key, data_dir))
     return problems[:limit] if limit is not None else problems
+
+
+def gold_answer_text(problem: Problem) -> str:
+    """A ground-truth completion of a train problem (the `gt` trajectory source): GSM8K's worked solution with
+    its final "#### x" line written the way the prompt asks (\\boxed{x}); MBPP's reference code in a fenced
+    python block, as the prompt asks."""
+    if problem.benchmark == "gsm8k":
+        sol = problem.extra.get("solution", "")
+        body = sol.split("####")[0].rstrip()
+        return f"{body}\nThe final answer is \\boxed{{{problem.reference}}}."
+    if problem.benchmark == "mbpp" and problem.extra.get("code"):
+        return f"```python\n{problem.extra['code'].strip()}\n```"
+    raise ValueError(f"{problem.task_id}: no ground-truth completion for benchmark {problem.benchmark!r}")
 
 
 # ------------------------------------------------------------------ prompts
