@@ -382,5 +382,20 @@ def resolve_verify(verify: str, device) -> str:
     return verify
 
 
+def compile_model(model: SDARModel, head: nn.Module | None = None, mode: str | None = "auto") -> SDARModel:
+    """torch.compile the backbone's forward (every path goes through it: block forward, verify, commit) and the
+    head's, in place; returns the model. Dynamic shapes, since the KV cache grows block by block. mode "auto":
+    "reduce-overhead" (CUDA graphs) on CUDA, the default mode elsewhere (CPU needs a C++ compiler).
+
+    Measured on CPU (tests/test_compiled.py): tokens and RowStats identical to eager; the first generate
+    compiles for ~1 min. Not yet done: a static KV cache, without which CUDA graphs re-record per cache length."""
+    if mode == "auto":
+        mode = "reduce-overhead" if model.lm_head.weight.device.type == "cuda" else None
+    model.forward = torch.compile(model.forward, dynamic=True, mode=mode)
+    if head is not None:
+        head.forward = torch.compile(head.forward, dynamic=True, mode=mode)
+    return model
+
+
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
