@@ -220,16 +220,18 @@ def main(argv=None) -> None:
     df = speed_table(bb, head, prompts, a.Ks, a.batches, a.repeats, max_new)
     hb = head_breakdown(bb.model, head, bb.block_size)
     pd.set_option("display.width", 250)
-    cols = ["task", "batch", "engine", "policy", "wall_s", "speedup", "predicted", "tpf", "tpf_vs_oracle", "lossless",
-            "forwards", "s_block", "s_fused", "s_verify", "s_commit", "s_head_step", "s_head_commit", "s_outside"]  # fmt: skip
-    print(df[[c for c in cols if c in df]].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    cols = ["task", "batch", "engine", "policy", "wall_s", "speedup", "predicted", "tpf", "tpf_vs_oracle",
+            "lossless", "forwards", "s_block", "s_fused", "s_verify", "s_commit", "s_head_step", "s_head_commit",
+            "s_outside"]  # fmt: skip
+    table = df[[c for c in cols if c in df]]
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("head step at batch 1 (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in hb.items()))
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(a.out / "speed.csv", index=False)
         from mrp_repro.decoding.mismatch import to_markdown
 
-        md = to_markdown(df[[c for c in cols if c in df]])
+        md = to_markdown(table)
         (a.out / "speed.md").write_text(
             md + "\n\nhead step at batch 1: " + str({k: round(v, 4) for k, v in hb.items()})
         )
