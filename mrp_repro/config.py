@@ -379,8 +379,8 @@ def _check_values(p: Profile) -> None:
     need(p.mrp.num_layers >= 1 and p.mrp.k_steps >= 1, "mrp.num_layers and mrp.k_steps must be >= 1")
     train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
     need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
-    need(
-        1 <= p.mrp.k_steps <= p.trajectories.chain_steps,
+    need(  # the online recipe draws its own chains of any length
+        p.mrp_training.recipe == "online" or 1 <= p.mrp.k_steps <= p.trajectories.chain_steps,
         f"mrp.k_steps ({p.mrp.k_steps}) needs trajectories.chain_steps >= k_steps ({p.trajectories.chain_steps})",
     )
     need(0.0 <= p.mrp_training.heldout_frac < 1.0, "mrp_training.heldout_frac must be in [0, 1)")

@@ -1,0 +1,224 @@
+"""Chat SFT data for the online MRP recipe (METHOD.md §2): load, tokenise with the chat template, pack.
+
+    from mrp_repro.tasks.sft import load_sft_records, tokenize_records, pack
+    recs = load_sft_records("JunxiongWang/sftdatasetv3")      # hub (upstream's data), needs the network
+    recs = load_sft_records("/data/my_sft")                   # a local directory of *.jsonl / *.parquet
+    recs = load_sft_records("gsm8k", data_dir="../shared/data")  # GSM8K train: question -> answer
+    samples = tokenize_records(recs, tokenizer, block_size=16, eos_id=151645)
+    packed = pack(samples, seq_len=4096, block_size=16)       # PackedSequences: ids, doc, pos, answer (N, T)
+
+Record fields (one of, checked in this order):
+  messages       [{role, content}, ...]   (OpenAI / HF chat); the last turn must be the assistant's
+  conversations  [{from, value}, ...]     (ShareGPT; from: human/user, gpt/assistant, system)
+  prompt, response  (or question, answer: GSM8K)  one user turn and the answer
+The answer is the LAST assistant turn; every earlier turn is the prompt (never masked). A tokenizer with a
+chat template (the Qwen/SDAR one: ChatML) renders prompt = template(turns[:-1], add_generation_prompt) and
+answer = template(turns)[len(prompt):]; one without (the tiny char tokenizer) joins the turns' contents with
+newlines. As in the offline `gt` trajectories, each answer is completed with EOS to the end of its last block,
+so every sample is a whole number of blocks and, packed back to back, starts at a block boundary (upstream
+`bd_packed`).
+
+GSM8K: read from <data_dir>/gsm8k/train.jsonl directly (tasks.benchmarks loads test splits only); data_dir
+is the profile's data.data_dir, else $MRP_REPRO_DATA, else the repository's ../shared/data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mrp_repro.errors import UserError
+
+__all__ = ["SFTSourceError", "PackedSequences", "load_sft_records", "to_turns", "tokenize_records", "pack"]
+
+DEFAULT_HUB_ID = "JunxiongWang/sftdatasetv3"
+_ROLE = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+
+
+class SFTSourceError(UserError, FileNotFoundError):
+    """Chat SFT data that cannot be read (a missing directory, an unreachable hub id, unknown fields)."""
+
+
+def _how_to_provide(source: str) -> str:
+    return (
+        f"set mrp_training.sft_source to a hub dataset id (default {DEFAULT_HUB_ID}; needs the network or a "
+        "populated HF_DATASETS cache) or to a local directory of *.jsonl / *.parquet files with a `messages` "
+        "list of {role, content} (or prompt/response) per line, or to `gsm8k` with data.data_dir / "
+        f"$MRP_REPRO_DATA holding gsm8k/train.jsonl (got {source!r})"
+    )
+
+
+def _default_data_dir() -> Path | None:
+    d = os.environ.get("MRP_REPRO_DATA")
+    if d:
+        return Path(d).expanduser()
+    from mrp_repro.config import repo_root
+
+    cand = repo_root().parent / "shared" / "data"
+    return cand if cand.is_dir() else None
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith((".", "/", "~")) or os.sep in source and not _is_hub_id(source)
+
+
+def _is_hub_id(source: str) -> bool:
+    parts = source.split("/")
+    return len(parts) == 2 and all(parts) and not source.startswith((".", "/", "~"))
+
+
+def load_sft_records(
+    source: str, split: str = "train", data_dir: str | os.PathLike | None = None, max_samples: int | None = None
+) -> list[dict]:
+    """The records of `source` (see the module docstring), at most max_samples of them, in file order."""
+    if source == "gsm8k":
+        d = Path(data_dir).expanduser() if data_dir is not None else _default_data_dir()
+        f = d / "gsm8k" / f"{split}.jsonl" if d is not None else None
+        if f is None or not f.is_file():
+            raise SFTSourceError(f"GSM8K {split} split not found at {f}; " + _how_to_provide(source))
+        recs = []
+        with open(f) as fh:
+            for line in fh:
+                if line.strip():
+                    recs.append(json.loads(line))
+                if max_samples is not None and len(recs) >= max_samples:
+                    break
+        return recs
+    import datasets
+
+    p = Path(source).expanduser()
+    if p.is_dir():
+        jsonl = sorted(str(x) for x in p.rglob("*.jsonl")) + sorted(str(x) for x in p.rglob("*.json"))
+        parquet = sorted(str(x) for x in p.rglob("*.parquet"))
+        if not jsonl and not parquet:
+            raise SFTSourceError(f"{p} holds no *.jsonl / *.parquet files; " + _how_to_provide(source))
+        parts = []
+        if jsonl:
+            parts.append(datasets.load_dataset("json", data_files=jsonl, split="train"))
+        if parquet:
+            parts.append(datasets.load_dataset("parquet", data_files=parquet, split="train"))
+        ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    elif _is_hub_id(source) and not p.exists():
+        try:
+            ds = datasets.load_dataset(source, split=split)
+        except Exception as e:  # offline, unknown id, no cache: datasets' own messages name no alternative
+            raise SFTSourceError(
+                f"could not load hub dataset {source!r} split {split!r} ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:160]}); " + _how_to_provide(source)
+            ) from e
+    else:
+        raise SFTSourceError(f"no directory {p}; " + _how_to_provide(source))
+    if max_samples is not None:
+        ds = ds.select(range(min(max_samples, len(ds))))
+    return list(ds)
+
+
+def to_turns(rec: dict) -> list[dict]:
+    """[{role, content}, ...] of a record in any of the accepted layouts; the last turn is the answer."""
+    if rec.get("messages"):
+        turns = [{"role": _ROLE.get(m["role"], m["role"]), "content": m["content"]} for m in rec["messages"]]
+    elif rec.get("conversations"):
+        turns = [{"role": _ROLE.get(m["from"], m["from"]), "content": m["value"]} for m in rec["conversations"]]
+    elif "prompt" in rec and "response" in rec:
+        turns = [{"role": "user", "content": rec["prompt"]}, {"role": "assistant", "content": rec["response"]}]
+    elif "question" in rec and "answer" in rec:
+        turns = [{"role": "user", "content": rec["question"]}, {"role": "assistant", "content": rec["answer"]}]
+    else:
+        raise SFTSourceError(
+            f"an SFT record with fields {sorted(rec)}: expected `messages`, `conversations`, prompt/response or "
+            "question/answer"
+        )
+    while turns and turns[-1]["role"] != "assistant":  # a trailing user turn has no answer to learn
+        turns = turns[:-1]
+    return turns
+
+
+def _prompt_answer(tokenizer, turns: list[dict]) -> tuple[list[int], list[int]]:
+    if getattr(tokenizer, "chat_template", None):
+        prompt = tokenizer.apply_chat_template(turns[:-1], add_generation_prompt=True, tokenize=True)
+        full = tokenizer.apply_chat_template(turns, tokenize=True)
+        prompt, full = list(_ids(prompt)), list(_ids(full))
+        if full[: len(prompt)] != prompt:
+            raise ValueError("the chat template renders the prompt differently inside the full conversation")
+        return prompt, full[len(prompt) :]
+    text = "".join(t["content"] + "\n" for t in turns[:-1])
+    return (
+        tokenizer.encode(text, add_special_tokens=False),
+        tokenizer.encode(turns[-1]["content"], add_special_tokens=False),
+    )
+
+
+def _ids(x):
+    return x["input_ids"] if isinstance(x, dict) or hasattr(x, "keys") else x
+
+
+def tokenize_records(records, tokenizer, block_size: int, eos_id: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt_ids, answer_ids) per usable record; answers completed with EOS to a whole number of blocks
+    (at least one EOS, as trajectories._as_examples does for the offline `gt` rows)."""
+    out = []
+    for rec in records:
+        turns = to_turns(rec)
+        if len(turns) < 2:
+            continue
+        p, a = _prompt_answer(tokenizer, turns)
+        if not p or not a:
+            continue
+        total = -(-(len(p) + len(a) + 1) // block_size) * block_size
+        out.append((p, a + [eos_id] * (total - len(p) - len(a))))
+    return out
+
+
+@dataclass
+class PackedSequences:
+    """N packed sequences of T tokens. doc: sample index inside the sequence (-1 = padding); pos: position
+    inside the sample (each sample's positions start at 0, as at inference); answer: maskable slots."""
+
+    ids: torch.Tensor  # (N, T) long
+    doc: torch.Tensor  # (N, T) long
+    pos: torch.Tensor  # (N, T) long
+    answer: torch.Tensor  # (N, T) bool
+
+    def __len__(self):
+        return self.ids.shape[0]
+
+    def rows(self, idx: torch.Tensor) -> dict:
+        return dict(ids=self.ids[idx], doc=self.doc[idx], pos=self.pos[idx], answer=self.answer[idx])
+
+
+def pack(samples, seq_len: int, block_size: int, pad_id: int = 0) -> PackedSequences:
+    """Greedy in-order packing: a sample goes into the current sequence if it fits, else starts the next one.
+    A sample longer than seq_len is cut to seq_len (its answer truncated; one whose prompt fills seq_len is
+    dropped). Every sample is a whole number of blocks, so each starts at a block boundary."""
+    if seq_len % block_size:
+        raise ValueError(f"seq_len {seq_len} is not a multiple of block_size {block_size}")
+    seqs: list[list[tuple[list[int], int]]] = [[]]
+    used = 0
+    for p, a in samples:
+        if len(p) >= seq_len:
+            continue
+        toks = (p + a)[:seq_len]
+        if used + len(toks) > seq_len:
+            seqs.append([])
+            used = 0
+        seqs[-1].append((toks, len(p)))
+        used += len(toks)
+    seqs = [s for s in seqs if s]
+    N = len(seqs)
+    ids = torch.full((N, seq_len), pad_id, dtype=torch.long)
+    doc = torch.full((N, seq_len), -1, dtype=torch.long)
+    pos = torch.zeros(N, seq_len, dtype=torch.long)
+    ans = torch.zeros(N, seq_len, dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        at = 0
+        for j, (toks, n_prompt) in enumerate(s):
+            n = len(toks)
+            ids[i, at : at + n] = torch.tensor(toks, dtype=torch.long)
+            doc[i, at : at + n] = j
+            pos[i, at : at + n] = torch.arange(n)
+            ans[i, at + n_prompt : at + n] = True
+            at += n
+    return PackedSequences(ids, doc, pos, ans)

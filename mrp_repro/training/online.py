@@ -1,0 +1,432 @@
+"""Train the MRP head online, the paper's recipe (METHOD.md §2 "Training (paper)"), on packed chat SFT data.
+
+    .venv/bin/python -m mrp_repro.stages head --profile sdar-1.7b     # mrp_training.recipe: online (once wired)
+
+    from mrp_repro.training.online import train_online
+    metrics = train_online(profile, backbone, out_dir)                 # same artifacts as training.mrp.train_mrp
+
+One step, per packed micro-batch of SFT sequences (tasks/sft.py: prompt + answer, block-aligned samples,
+positions restarting at 0 per sample, attention never crossing samples):
+  1. noise: each sample draws t ~ U(1e-3, 1); each answer slot is masked with probability t (prompts never);
+  2. reveals: step k = 1..K reveals ONE still-masked slot per block with its ground-truth token;
+  3. one frozen backbone forward, no grad, over [state_0 ; ... ; state_K ; clean] (the block-diffusion layout
+     of training/backbone.py extended to K+1 noisy copies): noisy block b of every state sees its own block
+     and the clean blocks < b of its sample, exactly the attention of the offline `gt` trajectories
+     (trajectories._gt_rows) and of decoding against a cache. h_A = state 0, B_k = lm_head(state k);
+  4. the head, with grad, over [state_k ; clean] under the same mask: its clean half writes the keys/values the
+     head's cache holds at inference (MRPHead.commit of the clean earlier blocks), its noisy half is
+     MRPHead.forward of every block at once; h_k = h_{k-1} + h_C(k) (residual) or h_C(k) (direct);
+  5. loss = mean_k sum over slots still masked after step k of (1/t) KL(B_k || A + C_k) / (answer slots),
+     `kernels.residual_kl`, identical to training.mrp.mrp_loss on the same draws (tests/test_online.py).
+Micro-batches (mrp_training.micro_batch_size) accumulate to the global batch (batch_size sequences); the
+reported loss is their mean. On CUDA the step runs under bf16 autocast; beside a bf16/fp16 backbone the head
+keeps fp32 master weights and computes in the backbone's dtype (training.common.head_autocast).
+grad_checkpointing recomputes each head layer in backward.
+
+Batches: step i takes the global-batch indices i*bs .. i*bs+bs-1 of an endless sequence of epochs, each a
+permutation of the training sequences seeded by (seed, epoch); noise by (seed, step, micro-batch). So a
+resumed run equals an uninterrupted one. Held-out: a fixed set of packed sequences with fixed draws.
+Artifacts, recovery and resume: as training.mrp.train_mrp (head/, metrics.json, loss_curve.csv/.json,
+ckpt.pt, provenance.json, done.json).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import random
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from mrp_repro.checkpoint import CheckpointError
+from mrp_repro.kernels import residual_kl
+from mrp_repro.model import rope_cos_sin
+from mrp_repro.mrp import MRPHead, save_head
+from mrp_repro.runtime import provenance, write_json_atomic
+from mrp_repro.tasks.sft import PackedSequences, load_sft_records, pack, tokenize_records
+from mrp_repro.training.common import HEAD_COMMAND, head_autocast, lr_lambda_for
+from mrp_repro.training.mrp import _save_ckpt, _write_curves
+from mrp_repro.trajectories import GT_T_MIN, model_fingerprint
+
+__all__ = ["packed_state_mask", "draw_noise", "online_loss", "load_packed", "train_online"]
+
+MAX_HELDOUT_SEQS = 64
+
+
+def _seed(*parts) -> int:
+    return int(hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:15], 16)
+
+
+def packed_state_mask(doc: torch.Tensor, block_size: int, n_states: int) -> torch.Tensor:
+    """(B, 1, (S+1)T, (S+1)T) bool over [state_0 ; ... ; state_{S-1} ; clean] for packed rows, doc (B, T)
+    the sample of each slot (-1 = padding). A noisy slot of block b sees its own block in its own state and
+    the clean blocks < b; a clean slot sees the clean blocks <= b (block-causal); never across samples.
+    Every query sees itself, so padding rows stay finite."""
+    B, T = doc.shape
+    dev = doc.device
+    blk = torch.arange(T, device=dev) // block_size
+    same = (doc[:, :, None] == doc[:, None, :]) & (doc >= 0)[:, :, None]
+    nn_ = same & (blk[:, None] == blk[None, :])
+    nc = same & (blk[None, :] < blk[:, None])
+    cc = same & (blk[None, :] <= blk[:, None])
+    S = n_states
+    m = torch.zeros(B, (S + 1) * T, (S + 1) * T, dtype=torch.bool, device=dev)
+    for s in range(S):
+        m[:, s * T : (s + 1) * T, s * T : (s + 1) * T] = nn_
+        m[:, s * T : (s + 1) * T, S * T :] = nc
+    m[:, S * T :, S * T :] = cc
+    m |= torch.eye((S + 1) * T, dtype=torch.bool, device=dev)[None]
+    return m[:, None]
+
+
+def draw_noise(batch: dict, block_size: int, mask_id: int, k_steps: int, gen: torch.Generator) -> dict:
+    """The paper's draws for packed rows: t ~ U(1e-3, 1) per sample, answer slots masked w.p. t, then K steps
+    each revealing one random still-masked slot per block. Returns states (B, K+1, T) and weight (B, T) = 1/t."""
+    ids, doc, ans = batch["ids"], batch["doc"], batch["answer"]
+    B, T = ids.shape
+    n_doc = int(doc.max()) + 1 if doc.numel() else 0
+    t_doc = GT_T_MIN + (1 - GT_T_MIN) * torch.rand(B, max(n_doc, 1), generator=gen)
+    t = torch.where(doc >= 0, t_doc.gather(1, doc.clamp(min=0)), torch.ones(B, T))
+    masked = (torch.rand(B, T, generator=gen) < t) & ans
+    states = [torch.where(masked, torch.full_like(ids, mask_id), ids)]
+    still = masked
+    nb = T // block_size
+    for _ in range(k_steps):
+        keys = torch.where(still, torch.rand(B, T, generator=gen), torch.full((B, T), 2.0)).view(B, nb, block_size)
+        pick = torch.zeros(B, nb, block_size, dtype=torch.bool)
+        pick.scatter_(2, keys.argmin(2, keepdim=True), True)
+        pick &= still.view(B, nb, block_size)  # blocks with nothing masked reveal nothing
+        still = still & ~pick.view(B, T)
+        states.append(torch.where(still, torch.full_like(ids, mask_id), ids))
+    return dict(states=torch.stack(states, 1), weight=1.0 / t)
+
+
+def _head_packed(head: MRPHead, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, ckpt: bool):
+    cos, sin = rope_cos_sin(positions, head.config.head_dim, head.config.rope_theta, x.dtype)
+    for layer in head.layers:
+        if ckpt and torch.is_grad_enabled():
+            x, _ = checkpoint(layer, x, cos, sin, mask, None, use_reentrant=False)
+        else:
+            x, _ = layer(x, cos, sin, mask)
+    return x
+
+
+def online_loss(
+    head: MRPHead,
+    model,
+    batch: dict,
+    states: torch.Tensor,
+    weight: torch.Tensor,
+    mask_id: int,
+    block_size: int,
+    grad_checkpointing: bool = False,
+    with_stats: bool = False,
+    timings: dict | None = None,
+):
+    """The loss of one packed micro-batch (module docstring) on given draws: states (B, K+1, T), weight (B, T).
+    batch: ids (clean), doc, pos, answer (B, T) on the model's device. with_stats adds per-slot KL sums of the
+    head and of the uncorrected KL(B_k || A); timings (a dict) accumulates seconds of backbone / head forward."""
+    ids, doc, pos, ans = batch["ids"], batch["doc"], batch["pos"], batch["answer"]
+    B, T = ids.shape
+    K = states.shape[1] - 1
+    embed, lm_head = model.embed_tokens, model.lm_head
+    sync = (lambda: torch.cuda.synchronize()) if ids.is_cuda else (lambda: None)  # noqa: E731
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        inp = torch.cat([states[:, s] for s in range(K + 1)] + [ids], 1)
+        out = model(inp, pos.repeat(1, K + 2), packed_state_mask(doc, block_size, K + 1), with_logits=False)
+        hid = out.hidden
+        h_states = [hid[:, s * T : (s + 1) * T] for s in range(K + 1)]
+        h_clean = hid[:, (K + 1) * T :]
+        h_A = h_states[0]
+    sync()
+    t1 = time.perf_counter()
+    head_mask = packed_state_mask(doc, block_size, 1)
+    pos2 = pos.repeat(1, 2)
+    x_clean = head._inputs(h_clean, ids, embed)  # with grad: the loss reaches the head through the cached K/V
+    denom = ans.sum().clamp(min=1).float()
+    total = 0.0
+    stats = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
+    h = h_A
+    for k in range(1, K + 1):
+        x = torch.cat([head._inputs(h, states[:, k], embed), x_clean], 1)
+        h_C = head.norm(_head_packed(head, x, pos2, head_mask, grad_checkpointing)[:, :T])
+        h = head.corrected(h, h_C)
+        still = (states[:, k] == mask_id) & (doc >= 0)
+        if not still.any():
+            continue
+        with torch.no_grad():
+            B_k = lm_head(h_states[k][still])
+            A_all = lm_head(h_A[still])
+        A = A_all if head.objective == "residual" else torch.zeros_like(B_k)
+        C = lm_head((h - h_A)[still] if head.objective == "residual" else h[still])
+        kl = residual_kl(A, C, B_k)
+        total = total + (kl * weight[still]).sum() / denom
+        if with_stats:
+            with torch.no_grad():
+                base = residual_kl(A_all, torch.zeros_like(B_k), B_k)
+                stats["kl_sum"] += float(kl.sum())
+                stats["base_sum"] += float(base.sum())
+                stats["n"] += int(still.sum())
+                if k == 1:
+                    stats["kl1_sum"], stats["base1_sum"], stats["n1"] = (
+                        float(kl.sum()),
+                        float(base.sum()),
+                        int(still.sum()),
+                    )
+    loss = total / K if torch.is_tensor(total) else torch.zeros((), device=ids.device, requires_grad=True)
+    if timings is not None:
+        sync()
+        timings["backbone_s"] = timings.get("backbone_s", 0.0) + (t1 - t0)
+        timings["head_fwd_s"] = timings.get("head_fwd_s", 0.0) + (time.perf_counter() - t1)
+    return (loss, stats) if with_stats else loss
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def load_packed(profile, backbone) -> PackedSequences:
+    """The profile's SFT source, tokenised with the backbone's tokenizer and packed to mrp_training.seq_len."""
+    tc = profile.mrp_training
+    from mrp_repro.runtime import data_dir
+
+    recs = load_sft_records(tc.sft_source, tc.sft_split, data_dir=data_dir(profile), max_samples=tc.max_samples)
+    samples = tokenize_records(recs, backbone.tokenizer, profile.block_size, backbone.eos_ids[0])
+    if not samples:
+        raise ValueError(f"{tc.sft_source}: no usable (prompt, answer) sample")
+    return pack(samples, tc.seq_len, profile.block_size, pad_id=backbone.pad_id)
+
+
+def _split(n: int, frac: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = list(range(n))
+    random.Random(f"online-heldout|{seed}").shuffle(idx)
+    n_h = min(MAX_HELDOUT_SEQS, max(1, int(round(frac * n)))) if frac > 0 and n > 1 else 0
+    return torch.tensor(sorted(idx[n_h:]), dtype=torch.long), torch.tensor(sorted(idx[:n_h]), dtype=torch.long)
+
+
+def _step_rows(train_rows: torch.Tensor, step: int, bs: int, seed: int) -> torch.Tensor:
+    """The global batch of `step`: consecutive slices of per-epoch permutations, keyed by (seed, epoch)."""
+    N = len(train_rows)
+    out = []
+    for i in range(step * bs, step * bs + bs):
+        ep, j = divmod(i, N)
+        perm = torch.randperm(N, generator=torch.Generator().manual_seed(_seed("online-epoch", seed, ep)))
+        out.append(int(perm[j]))
+    return train_rows[torch.tensor(out, dtype=torch.long)]
+
+
+def _to(batch: dict, dev) -> dict:
+    return {k: v.to(dev) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def _heldout(head, model, data, rows, profile, mask_id, mb, dev, amp) -> dict:
+    was = head.training
+    head.eval()
+    agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
+    loss_sum, nb = 0.0, 0
+    for lo in range(0, len(rows), mb):
+        b = data.rows(rows[lo : lo + mb])
+        dr = draw_noise(
+            b,
+            profile.block_size,
+            mask_id,
+            profile.mrp.k_steps,
+            torch.Generator().manual_seed(_seed("online-heldout-noise", profile.seed, lo)),
+        )
+        with amp():
+            loss, st = online_loss(
+                head,
+                model,
+                _to(b, dev),
+                dr["states"].to(dev),
+                dr["weight"].to(dev),
+                mask_id,
+                profile.block_size,
+                with_stats=True,
+            )
+        loss_sum += float(loss)
+        nb += 1
+        for key in agg:
+            agg[key] += st[key]
+    head.train(was)
+    return dict(
+        heldout_loss=loss_sum / max(nb, 1),
+        heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
+        heldout_baseline_kl=agg["base_sum"] / max(agg["n"], 1),
+        heldout_kl_step1=agg["kl1_sum"] / max(agg["n1"], 1),
+        heldout_baseline_kl_step1=agg["base1_sum"] / max(agg["n1"], 1),
+        heldout_slots=agg["n"],
+    )
+
+
+def _amp_for(model, dev):
+    dt = model.lm_head.weight.dtype
+    if dt in (torch.bfloat16, torch.float16):
+        return functools.partial(head_autocast, dt, dev)
+    if dev.type == "cuda" and torch.cuda.is_bf16_supported():  # the paper trains in bf16
+        return functools.partial(torch.autocast, device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext
+
+
+def total_steps(tc, n_train: int) -> int:
+    """mrp_training.steps, or with epochs set, ceil(epochs * training sequences / global batch)."""
+    return tc.steps if tc.epochs is None else max(1, math.ceil(tc.epochs * n_train / tc.batch_size))
+
+
+def train_online(
+    profile,
+    backbone,
+    out_dir,
+    progress: bool = True,
+    resume: bool = True,
+    stop_after: int | None = None,
+    extra_metrics: Callable[[MRPHead], dict] | None = None,
+) -> dict:
+    """Train a head online on the profile's SFT data; the signature, artifacts, resume and recovery of
+    training.mrp.train_mrp (without its trajectory directories). backbone: a `backbone.Backbone` (model,
+    tokenizer, mask_id, eos_ids, pad_id). Returns the metrics dict ({"step", "finished": False} when stopped)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
+    mc, tc = profile.mrp, profile.mrp_training
+    dev = model.lm_head.weight.device
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.eval()
+    bb_hash = model_fingerprint(model)
+    data = load_packed(profile, backbone)
+    data_sha = hashlib.sha256(data.ids.numpy().tobytes() + data.answer.numpy().tobytes()).hexdigest()[:16]
+    train_rows, held_rows = _split(len(data), tc.heldout_frac, profile.seed)
+    if len(train_rows) == 0:
+        raise ValueError(f"{tc.sft_source}: no training sequences")
+    steps = total_steps(tc, len(train_rows))
+    bs, mb = tc.batch_size, tc.micro_batch_size
+    amp = _amp_for(model, dev)
+
+    torch.manual_seed(profile.seed)
+    head = MRPHead(model.config, mc.num_layers, mc.objective)
+    head.init_weights(mc.init, mc.init_std, generator=torch.Generator().manual_seed(profile.seed))
+    head.to(device=dev, dtype=torch.float32).train()
+    opt = torch.optim.AdamW(head.parameters(), lr=tc.lr)
+    warm = max(1, int(round(tc.warmup_frac * steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(steps, warm, tc.min_lr_ratio))
+    curve, heldout, start = [], [], 0
+    ck = out / "ckpt.pt"
+    rerun = HEAD_COMMAND.format(name=profile.name)
+    if resume and ck.exists():
+        try:
+            st = torch.load(ck, map_location=dev, weights_only=False)
+        except Exception as e:  # truncated zip, unpickling error: torch names neither the file nor a fix
+            raise CheckpointError(
+                f"{ck} is truncated or unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                f"delete it and rerun {rerun} (training restarts from step 0 and, with batches keyed by "
+                "step, ends at the same head)"
+            ) from e
+        head.load_state_dict(st["head"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        curve, heldout, start = st["curve"], st["heldout"], st["step"]
+    t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
+    if not heldout and len(held_rows):
+        heldout.append({"step": 0, **_heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp)})
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, initial=start, desc="train MRP (online)", unit="step")
+    step = start
+    for step in range(start, steps):
+        if stop_after is not None and step - start >= stop_after:
+            break
+        rows = _step_rows(train_rows, step, bs, profile.seed)
+        opt.zero_grad(set_to_none=True)
+        n_micro = -(-len(rows) // mb)
+        loss_sum = 0.0
+        for mi in range(n_micro):
+            b = data.rows(rows[mi * mb : (mi + 1) * mb])
+            dr = draw_noise(
+                b, L, mask_id, mc.k_steps, torch.Generator().manual_seed(_seed("online-noise", profile.seed, step, mi))
+            )
+            with amp():
+                loss = online_loss(
+                    head,
+                    model,
+                    _to(b, dev),
+                    dr["states"].to(dev),
+                    dr["weight"].to(dev),
+                    mask_id,
+                    L,
+                    grad_checkpointing=tc.grad_checkpointing,
+                )
+            (loss / n_micro).backward()
+            loss_sum += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_val = loss_sum / n_micro
+        curve.append(dict(step=step + 1, loss=loss_val, lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_val:.4f}")
+        if (step + 1) % tc.ckpt_every == 0 or step + 1 == steps:
+            if len(held_rows):
+                hm = _heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp)
+                heldout.append({"step": step + 1, **hm})
+            _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
+            _write_curves(out, curve, heldout)
+    else:
+        step = steps
+    if bar is not None:
+        bar.close()
+    if step < steps:  # interrupted on purpose (stop_after)
+        return {"step": step, "finished": False}
+    first, last = (heldout[0], heldout[-1]) if heldout else ({}, {})
+    metrics = dict(
+        finished=True,
+        recipe="online",
+        steps=steps,
+        train_rows=len(train_rows),
+        heldout_rows=len(held_rows),
+        train_sources=[tc.sft_source],
+        sft_data_sha256=data_sha,
+        seq_len=tc.seq_len,
+        tokens_per_step=bs * tc.seq_len,
+        train_answer_tokens=int(data.answer[train_rows].sum()),
+        train_time_s=curve[-1]["elapsed_s"] if curve else 0.0,
+        final_train_loss=float(np.mean([c["loss"] for c in curve[-20:]])) if curve else None,
+        initial_heldout_kl=first.get("heldout_kl"),
+        heldout_kl=last.get("heldout_kl"),
+        heldout_baseline_kl=last.get("heldout_baseline_kl"),
+        heldout_kl_step1=last.get("heldout_kl_step1"),
+        heldout_baseline_kl_step1=last.get("heldout_baseline_kl_step1"),
+        heldout_loss=last.get("heldout_loss"),
+        head_parameters=sum(p.numel() for p in head.parameters()),
+        backbone_parameters=sum(p.numel() for p in model.parameters()),
+        backbone_hash=bb_hash,
+        k_steps=mc.k_steps,
+        objective=mc.objective,
+    )
+    if extra_metrics is not None:  # measured as it will run: in the backbone's dtype
+        import copy
+
+        metrics.update(extra_metrics(copy.deepcopy(head).eval().to(model.lm_head.weight.dtype)))
+    _write_curves(out, curve, heldout)
+    save_head(
+        head,
+        out / "head",
+        extra=dict(
+            backbone_hash=bb_hash, train_sources=[tc.sft_source], k_steps=mc.k_steps, rerun=rerun, recipe="online"
+        ),
+    )
+    write_json_atomic(out / "metrics.json", metrics)
+    write_json_atomic(out / "provenance.json", provenance(profile, dev))
+    write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
+    return metrics
