@@ -14,7 +14,8 @@ Record fields (one of, checked in this order):
 The answer is the LAST assistant turn; every earlier turn is the prompt (never masked). A tokenizer with a
 chat template (the Qwen/SDAR one: ChatML) renders prompt = template(turns[:-1], add_generation_prompt) and
 answer = template(turns)[len(prompt):]; one without (the tiny char tokenizer) joins the turns' contents with
-newlines. As in the offline `gt` trajectories, each answer is completed with EOS to the end of its last block,
+newlines (dropping characters outside a char-level vocabulary).
+As in the offline `gt` trajectories, each answer is completed with EOS to the end of its last block,
 so every sample is a whole number of blocks and, packed back to back, starts at a block boundary (upstream
 `bd_packed`).
 
@@ -145,10 +146,14 @@ def _prompt_answer(tokenizer, turns: list[dict]) -> tuple[list[int], list[int]]:
         if full[: len(prompt)] != prompt:
             raise ValueError("the chat template renders the prompt differently inside the full conversation")
         return prompt, full[len(prompt) :]
+    # A char-level tokenizer without an unknown token (the tiny one) cannot encode every character of real
+    # SFT text: characters outside its vocabulary are dropped.
+    vocab = tokenizer.get_vocab()
+    keep = (lambda x: "".join(c for c in x if c in vocab)) if getattr(tokenizer, "unk_token", None) is None else str
     text = "".join(t["content"] + "\n" for t in turns[:-1])
     return (
-        tokenizer.encode(text, add_special_tokens=False),
-        tokenizer.encode(turns[-1]["content"], add_special_tokens=False),
+        tokenizer.encode(keep(text), add_special_tokens=False),
+        tokenizer.encode(keep(turns[-1]["content"]), add_special_tokens=False),
     )
 
 

@@ -430,3 +430,82 @@ def train_online(
     write_json_atomic(out / "provenance.json", provenance(profile, dev))
     write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
     return metrics
+
+
+def step_cost(profile, backbone, micro_batches: int = 3) -> dict:
+    """Seconds per micro-batch of online training, split into the frozen backbone forward, the head forward
+    and the head backward (+ optimiser step), averaged over `micro_batches` after one warm-up.
+
+        .venv/bin/python -m mrp_repro.training.online --profile smoke --seq-len 256 --micro 2
+    """
+    model, L, tc = backbone.model, profile.block_size, profile.mrp_training
+    dev = model.lm_head.weight.device
+    data = load_packed(profile, backbone)
+    head = MRPHead(model.config, profile.mrp.num_layers, profile.mrp.objective).init_weights("normal", 0.02)
+    head.to(dev).train()
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
+    amp = _amp_for(model, dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    tim: dict = {}
+    n = min(tc.micro_batch_size, len(data))
+    for i in range(micro_batches + 1):
+        b = data.rows(torch.arange(n))
+        dr = draw_noise(b, L, backbone.mask_id, profile.mrp.k_steps, torch.Generator().manual_seed(i))
+        t_step = {} if i == 0 else tim
+        with amp():
+            loss = online_loss(
+                head,
+                model,
+                _to(b, dev),
+                dr["states"].to(dev),
+                dr["weight"].to(dev),
+                backbone.mask_id,
+                L,
+                grad_checkpointing=tc.grad_checkpointing,
+                timings=t_step,
+            )
+        t0 = time.perf_counter()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        t_step["head_bwd_s"] = t_step.get("head_bwd_s", 0.0) + time.perf_counter() - t0
+    out = {k: v / micro_batches for k, v in tim.items()}
+    out["total_s"] = sum(out.values())
+    out["tokens_per_micro_batch"] = n * tc.seq_len
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from mrp_repro.backbone import Backbone, special_ids
+    from mrp_repro.config import load_profile
+    from mrp_repro.model import SDARModel
+    from mrp_repro.training.backbone import make_tokenizer, model_config_for
+
+    ap = argparse.ArgumentParser(description="online MRP training: seconds per micro-batch, by part")
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--seq-len", type=int, default=None)
+    ap.add_argument("--micro", type=int, default=None)
+    ap.add_argument("--k-steps", type=int, default=None)
+    a = ap.parse_args()
+    over = {"mrp_training.recipe": "online"}
+    if a.seq_len:
+        over["mrp_training.seq_len"] = a.seq_len
+    if a.micro:
+        over["mrp_training.micro_batch_size"] = a.micro
+        over["mrp_training.batch_size"] = a.micro
+    if a.k_steps:
+        over["mrp.k_steps"] = a.k_steps
+    P = load_profile(a.profile, over)
+    # A random scratch backbone of the profile's shape (as stages.random_backbone; training/ sits below
+    # stages): the cost does not depend on the weights.
+    tok = make_tokenizer()
+    model = SDARModel(model_config_for(P, len(tok))).init_weights(0.02, torch.Generator().manual_seed(0)).eval()
+    bb = Backbone(model, tok, *special_ids(tok), P.block_size, None, P)
+    c = step_cost(P, bb)
+    print(f"{'part':<14}{'s / micro-batch':>16}{'share':>8}")
+    for k in ("backbone_s", "head_fwd_s", "head_bwd_s", "total_s"):
+        print(f"{k:<14}{c[k]:>16.4f}{c[k] / c['total_s']:>8.1%}")
+    print(f"tokens per micro-batch: {c['tokens_per_micro_batch']}")
