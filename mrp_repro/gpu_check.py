@@ -142,10 +142,10 @@ def main(argv=None) -> None:
     df = pd.DataFrame(rows, columns=["section", "item", "value", "unit", "note"])
     a.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.out / "gpu_check.csv", index=False)
-    from mrp_repro.decoding.mismatch import to_markdown
+    from mrp_repro.report.tables import markdown
 
-    (a.out / "gpu_check.md").write_text(f"# gpu_check on {a.device}\n\n" + to_markdown(df) + "\n")
-    print(to_markdown(df))
+    (a.out / "gpu_check.md").write_text(f"# gpu_check on {a.device}\n\n" + markdown(df) + "\n")
+    print(markdown(df))
 
 
 if __name__ == "__main__":

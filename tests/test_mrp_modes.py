@@ -185,23 +185,3 @@ def test_direct_and_naive_lookahead_tpf():
         assert res.tokens == want.tokens
         for s in res.stats:
             assert s.denoise_forwards == 2 * -(-6 // K) and s.mrp_forwards == 0
-
-
-def test_bench_modes_table(smoke_profile):
-    from mrp_repro.backbone import Backbone
-    from mrp_repro.bench_modes import run_all_modes, to_markdown
-    from mrp_repro.tasks import synthetic
-    from mrp_repro.tokenizer import build_tiny_tokenizer, eos_token_ids, mask_token_id
-
-    tok = build_tiny_tokenizer(synthetic.alphabet())
-    cfg = ModelConfig(len(tok), 32, 64, 2, 4, 2, 8)
-    m = SDARModel(cfg).init_weights(std=0.3, generator=torch.Generator().manual_seed(0)).eval()
-    h = MRPHead(cfg, 1).init_weights("normal", 0.3, generator=torch.Generator().manual_seed(1)).eval()
-    eos = eos_token_ids(tok)
-    bb = Backbone(m, tok, mask_token_id(tok), eos, eos[0], smoke_profile.block_size, None, smoke_profile)
-    df = run_all_modes(smoke_profile, bb, h, ["synth-code"], 4, batch_size=2, max_new_tokens=12, progress=False)
-    assert {"static", "dynamic", "speculative", "direct", "naive_lookahead", "remask"} <= set(df["family"])
-    assert df[df["family"] == "speculative"]["lossless"].all()
-    assert (df[df["drafter"] == "oracle"]["tpf_share_of_oracle"] == 1.0).all()
-    assert df.loc[df["mode"] == "static(1)", "speedup"].item() == 1.0
-    assert "predicted_speedup" in df and "Cost model" in to_markdown(df, df.attrs["cost_model"])

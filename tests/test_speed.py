@@ -1,10 +1,10 @@
-"""measure.speed on a random smoke-shaped backbone and head: the table's columns, lossless flags, accounting."""
+"""report.speed on a random smoke-shaped backbone and head: the table's columns, lossless flags, accounting."""
 
 import math
 
 import torch
 
-from mrp_repro.measure.speed import head_breakdown, speed_table
+from mrp_repro.report.speed import head_breakdown, speed_table
 from mrp_repro.mrp import MRPHead
 
 torch.set_num_threads(1)

@@ -190,17 +190,6 @@ def cost_table(device: str = "cpu", dtypes=("bfloat16", "float32"), batches=(1, 
     return pd.DataFrame(rows)
 
 
-def to_markdown(df: pd.DataFrame) -> str:
-    """A pipe table (pandas' to_markdown needs tabulate, which is not a dependency)."""
-
-    def cell(v):
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU check)")
@@ -222,10 +211,10 @@ def main(argv=None):
     if bad:
         raise SystemExit(f"--paths {bad}: choose from {VERIFY_PATHS}")
     df = mismatch_table(dtypes, paths, a.device, n_prompts=a.prompts)
-    print(to_markdown(df))
+    print(df.to_string(index=False))
     if a.cost:
         print()
-        print(to_markdown(cost_table(a.device, dtypes)))
+        print(cost_table(a.device, dtypes).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Wall-clock speed of speculative decoding against static, on a profile's trained backbone and head (issue 14).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.measure.speed --profile tiny            # 64 prompts per task
-    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.measure.speed --profile smoke --n 16 --repeats 3
-    from mrp_repro.measure.speed import speed_table, head_breakdown
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile tiny            # 64 prompts per task
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile smoke --n 16 --repeats 3
+    from mrp_repro.report.speed import speed_table, head_breakdown
 
 Per task: one prompt at a time (and --batch rows at a time), static(1) and speculative(K, mrp) for each K, each
 with the upstream engine (every commit its own forward) and with fuse_commit=True, interleaved in one process,
@@ -229,9 +229,9 @@ def main(argv=None) -> None:
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(a.out / "speed.csv", index=False)
-        from mrp_repro.decoding.mismatch import to_markdown
+        from mrp_repro.report.tables import markdown
 
-        md = to_markdown(table)
+        md = markdown(table)
         (a.out / "speed.md").write_text(
             md + "\n\nhead step at batch 1: " + str({k: round(v, 4) for k, v in hb.items()})
         )
