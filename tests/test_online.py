@@ -37,36 +37,38 @@ def _pad_answer(p, a):  # as trajectories._as_examples / tasks.sft.tokenize_reco
     return p, a + [EOS] * (total - len(p) - len(a))
 
 
-@pytest.mark.parametrize("objective", ["residual", "direct"])
-def test_online_loss_equals_offline_gt_on_the_same_draws(tmp_path, objective):
+@pytest.mark.parametrize("objective,K", [("residual", 1), ("direct", 1), ("residual", 2)])
+def test_online_loss_equals_offline_gt_on_the_same_draws(tmp_path, objective, K):
     """Offline: collect `gt` rows (per-example [noisy ; clean] forward, head cache by prefill + commit), then
     mrp_loss. Online: the same examples packed into one row, the same noise/reveal states and 1/t weights
     taken from the stored rows, online_loss. Same loss and same head gradient, at fp32 tolerance
-    (rtol 1e-5, atol 1e-6): the two compute the same thing with differently shaped attention calls."""
+    (rtol 1e-5, atol 1e-6): the two compute the same thing with differently shaped attention calls. K = 2: a
+    stored chain shorter than K (n_steps < k) supervises nothing at step k offline; online, that block's step k
+    reveals its last masked slot, so it supervises nothing either (state k = the clean block here)."""
     model = tiny_model()
     raw = _items(6)
     items = [_pad_answer(p, a) for p, a in raw]  # what collect does to raw answers (EOS to the block end)
-    collect(model, MASK, raw, "gt", tmp_path, 16, seed=0, progress=False, block_size=L, eos_ids=[EOS], chain_steps=1)
+    collect(model, MASK, raw, "gt", tmp_path, 16, seed=0, progress=False, block_size=L, eos_ids=[EOS], chain_steps=K)
     data = TrajectoryData([load_trajectories(tmp_path)], MASK, L)
     head = MRPHead(model.config, 2, objective).init_weights("normal", 0.1, generator=torch.Generator().manual_seed(1))
 
     rows = torch.arange(len(data))
-    off = mrp_loss(head, model, data.batch(rows, "cpu"), 1, MASK, L)
+    off = mrp_loss(head, model, data.batch(rows, "cpu"), K, MASK, L)
     g_off = torch.autograd.grad(off, list(head.parameters()))
 
     packed = pack(items, seq_len=len(items) * 24, block_size=L)
     assert len(packed) == 1  # all six samples in one row, so blocks of different samples share attention calls
     b = packed.rows(torch.tensor([0]))
     T = b["ids"].shape[1]
-    states = b["ids"][:, None].repeat(1, 2, 1)
+    states = b["ids"][:, None].repeat(1, K + 1, 1)
     weight = torch.ones(1, T)
     starts = (b["pos"][0] == 0).nonzero().flatten().tolist()
     n_rows = 0
     for r in range(len(data)):
         ex, blk = data.example[r][1], int(data.block_start[r])
         at = starts[ex] + blk
-        states[0, 0, at : at + L] = data.ids[r, 0]
-        states[0, 1, at : at + L] = data.ids[r, 1]
+        for k in range(int(data.n_steps[r]) + 1):
+            states[0, k, at : at + L] = data.ids[r, k]
         weight[0, at : at + L] = 1.0 / data.t[r]
         n_rows += 1
     assert int(data.answer_mask.sum()) == int(b["answer"].sum())  # every answer block has a row: same denominator
@@ -175,6 +177,21 @@ def test_online_training_beats_the_uncorrected_baseline_and_resumes(tmp_path):
     b = load_head(tmp_path / "cut" / "head", bb.model.config)
     for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
         assert torch.equal(x, y), n
+
+
+def test_online_k2_chain_trains_and_resume_refuses_other_data(tmp_path):
+    from mrp_repro.checkpoint import CheckpointError
+
+    src = _sft_dir(tmp_path, 192)
+    p = _profile(src, **{"mrp.k_steps": 2})
+    m = train_online(p, _bb(), tmp_path / "o", progress=False)
+    assert m["k_steps"] == 2 and m["heldout_kl"] < 0.97 * m["heldout_baseline_kl"], m
+    part = train_online(p, _bb(), tmp_path / "cut", progress=False, stop_after=12)
+    assert not part["finished"]
+    with open(src / "data.jsonl", "a") as fh:  # the data changes under a half-finished run
+        fh.write(json.dumps({"prompt": "abc", "response": "cba"}) + "\n")
+    with pytest.raises(CheckpointError, match="other SFT data"):
+        train_online(p, _bb(), tmp_path / "cut", progress=False)
 
 
 def test_online_training_beside_a_bf16_backbone(tmp_path):

@@ -290,7 +290,7 @@ def train_sources(profile) -> list[str]:
     return [ts] if isinstance(ts, str) else list(ts)
 
 
-def _save_ckpt(out_dir: Path, step, head, opt, sched, curve, heldout):
+def _save_ckpt(out_dir: Path, step, head, opt, sched, curve, heldout, extra: dict | None = None):
     tmp = out_dir / ".ckpt.pt.tmp"
     torch.save(
         dict(
@@ -300,6 +300,7 @@ def _save_ckpt(out_dir: Path, step, head, opt, sched, curve, heldout):
             scheduler=sched.state_dict(),
             curve=curve,
             heldout=heldout,
+            **(extra or {}),
         ),
         tmp,
     )

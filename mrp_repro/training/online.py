@@ -330,6 +330,11 @@ def train_online(
                 f"delete it and rerun {rerun} (training restarts from step 0 and, with batches keyed by "
                 "step, ends at the same head)"
             ) from e
+        if st.get("sft_data_sha256", data_sha) != data_sha:  # batches are indices into the packed data
+            raise CheckpointError(
+                f"{ck} was written while training on other SFT data (packed sha256 {st['sft_data_sha256']}, now "
+                f"{data_sha}); delete it and rerun {rerun}, or restore the data it was trained on"
+            )
         head.load_state_dict(st["head"])
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
@@ -380,7 +385,7 @@ def train_online(
             if len(held_rows):
                 hm = _heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp)
                 heldout.append({"step": step + 1, **hm})
-            _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
+            _save_ckpt(out, step + 1, head, opt, sched, curve, heldout, extra={"sft_data_sha256": data_sha})
             _write_curves(out, curve, heldout)
     else:
         step = steps
