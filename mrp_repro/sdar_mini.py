@@ -31,6 +31,9 @@ VOCAB_SIZE = 151_936  # SDAR / Qwen3's embedding rows (the tokenizer's 151,670 i
 BLOCK_SIZE = 16
 HEAD_LAYERS = 3
 SEED = 0
+#: lm_head init scale: at 1/sqrt(hidden) the logits over 151,936 ids are near uniform, no token ever passes a
+#: threshold and dynamic decoding degenerates to static; at 1.0 the top-1 is often confident (parallel reveals)
+LM_HEAD_STD = 1.0
 #: SDAR's shape at toy width: Qwen3 layout (GQA, q/k norms, SwiGLU), hidden 64, 2 layers
 MINI_CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=192, num_layers=2, num_heads=4,
                    num_kv_heads=2, head_dim=16, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
@@ -42,8 +45,8 @@ COMMAND = ".venv/bin/python -m mrp_repro.sdar_mini --out {out}"
 def write(out: str | Path, std: float | None = None) -> Path:
     """Write <out>/backbone and <out>/released-head (see the module docstring); returns out.
 
-    std: the init scale, default 1/sqrt(hidden) so the logits depend on the input (a 0.02 init gives
-    near-uniform logits at this width, and decoding would never be confident)."""
+    std: the init scale of every other matrix, default 1/sqrt(hidden) so the hidden states depend on the input
+    (a 0.02 init gives input-independent states at this width)."""
     from mrp_repro import released
     from mrp_repro.checkpoint import save_backbone
     from mrp_repro.model import ModelConfig, SDARModel
@@ -55,6 +58,8 @@ def write(out: str | Path, std: float | None = None) -> Path:
     std = std if std is not None else cfg.hidden_size**-0.5
     gen = torch.Generator().manual_seed(SEED)
     model = SDARModel(cfg).init_weights(std, gen)
+    with torch.no_grad():  # logits of std ~LM_HEAD_STD * sqrt(hidden) = 8: a confident top-1, as a trained model
+        model.lm_head.weight.normal_(0.0, LM_HEAD_STD, generator=gen)
     head = MRPHead(cfg, HEAD_LAYERS, "residual").init_weights("normal", std, gen)
     tok = build_qwen_tokenizer_offline()
     if mask_token_id(tok) != 151669 or len(tok) > VOCAB_SIZE:

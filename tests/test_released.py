@@ -1,0 +1,133 @@
+"""The authors' released heads (mrp.pretrained, mrp_repro.released): a checkpoint written here in the released
+whole-model layout loads through stages.head and computes exactly what our head computes; a head released for
+another backbone, a truncated weights file and a head-less checkpoint are refused with the fix named."""
+
+import importlib
+import json
+
+import pytest
+import torch
+
+from mrp_repro import released, stages
+from mrp_repro.checkpoint import CheckpointError
+from mrp_repro.config import load_profile
+from mrp_repro.errors import UserError
+from mrp_repro.mrp import MRPHead
+
+
+@pytest.fixture
+def setup(tmp_path, tmp_runs):
+    p = load_profile("smoke")
+    bb = stages.random_backbone(p, std=0.2, seed=0)
+    ours = MRPHead(bb.model.config, 2, "residual").init_weights("normal", 0.2, torch.Generator().manual_seed(3))
+    out = released.save_released(bb.model, ours, tmp_path / "sdar-x-mrp-2lyr", bb.block_size)
+    prof = p.replace({"mrp.pretrained": str(out), "mrp.num_layers": 2})
+    return prof, bb, ours, out
+
+
+def _forward(head, bb):
+    g = torch.Generator().manual_seed(1)
+    L = bb.block_size
+    h_a = torch.randn(2, L, bb.model.config.hidden_size, generator=g).to(bb.model.lm_head.weight.dtype)
+    ids = torch.randint(0, bb.model.config.vocab_size, (2, L), generator=g)
+    pos = torch.arange(L)[None].expand(2, L)
+    with torch.no_grad():
+        return head(h_a, ids, pos, bb.model.embed_tokens)
+
+
+def test_stage_head_uses_the_released_head_and_matches_ours(setup):
+    prof, bb, ours, out = setup
+    got = stages.head(prof, bb, progress=False)
+    assert not any(stages.head_dir(prof, bb).iterdir())  # nothing was trained
+    assert got.num_layers == 2 and got.objective == "residual"
+    assert torch.equal(_forward(got, bb), _forward(ours.eval(), bb))
+    _, info = stages.pretrained_head(prof, bb)
+    assert info.path == out and info.fingerprint == released.backbone_fingerprint(bb.model)
+
+
+def test_released_head_follows_a_bf16_backbone(setup):
+    prof, bb, ours, _ = setup
+    bb.model = bb.model.to(torch.bfloat16)  # the fp32 release is checked in bf16 (a cast down is exact)
+    got = stages.head(prof, bb, progress=False)
+    w = next(got.parameters())
+    assert w.dtype == torch.bfloat16 and w.device == bb.model.lm_head.weight.device
+    assert torch.equal(_forward(got, bb), _forward(ours.to(torch.bfloat16).eval(), bb))
+
+
+def test_head_of_another_backbone_names_both_fingerprints(setup):
+    prof, bb, _, _ = setup
+    other = stages.random_backbone(prof, std=0.2, seed=1)  # same shapes, other weights
+    with pytest.raises(released.ReleasedHeadMismatch) as e:
+        stages.head(prof, other, progress=False)
+    msg = str(e.value)
+    assert isinstance(e.value, UserError)
+    assert released.backbone_fingerprint(bb.model) in msg and released.backbone_fingerprint(other.model) in msg
+    assert "mrp.pretrained: null" in msg
+
+
+def test_head_of_another_shape_is_refused(setup):
+    prof, _, _, _ = setup
+    wider = stages.random_backbone(prof.replace({"model.hidden_size": 48}), std=0.2, seed=0)
+    with pytest.raises(released.ReleasedHeadMismatch, match="hidden_size: released 32 vs profile 48"):
+        stages.head(prof, wider, progress=False)
+
+
+def test_layer_count_must_match_the_profile(setup):
+    prof, bb, _, _ = setup
+    with pytest.raises(released.ReleasedHeadMismatch, match="mrp.num_layers: 2"):
+        stages.head(prof.replace({"mrp.num_layers": 3}), bb, progress=False)
+
+
+def test_truncated_weights_name_the_file_and_the_fix(setup):
+    prof, bb, _, out = setup
+    f = out / "model.safetensors"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(CheckpointError) as e:
+        stages.head(prof, bb, progress=False)
+    assert str(f) in str(e.value) and "fetch it again" in str(e.value)
+
+
+def test_checkpoint_without_a_head_is_refused(setup, tmp_path):
+    prof, bb, _, _ = setup
+    from mrp_repro.checkpoint import save_backbone
+
+    bare = save_backbone(bb.model, tmp_path / "bare")
+    with pytest.raises(released.ReleasedHeadMismatch, match="holds no MRP head"):
+        stages.head(prof.replace({"mrp.pretrained": str(bare)}), bb, progress=False)
+
+
+def test_hub_ids_parse_with_a_pinned_revision():
+    assert released.parse_pretrained("heavyball/sdar-8b-mrp-3lyr@0123abc") == ("heavyball/sdar-8b-mrp-3lyr", "0123abc")
+    assert released.parse_pretrained("heavyball/sdar-8b-mrp-3lyr") == ("heavyball/sdar-8b-mrp-3lyr", None)
+    with pytest.raises(UserError):
+        released.parse_pretrained("heavyball/sdar-8b-mrp-3lyr@")
+    assert len(released.RELEASED_HEADS) == 9 and "heavyball/sdar-1.7b-mrp-3lyr-k2" in released.RELEASED_HEADS
+    for name in ("1.7b", "4b", "8b"):  # the profiles name the authors' heads as their scripts spell them
+        text = (stages.repo_root() / "configs" / f"sdar-{name}.yaml").read_text()
+        assert f"heavyball/sdar-{name}-mrp-3lyr" in text and "1_7b" not in text
+
+
+def test_hub_id_at_revision_loads_from_a_warm_cache(setup, tmp_path, monkeypatch):
+    """owner/name@rev goes through checkpoint.resolve_checkpoint_dir: a hub cache that holds it works offline."""
+    prof, bb, ours, out = setup
+    sha = "b" * 40
+    snap = tmp_path / "hub" / "models--heavyball--sdar-x-mrp-2lyr" / "snapshots" / sha
+    snap.mkdir(parents=True)
+    for f in out.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text(sha)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+    try:
+        got = stages.head(prof.replace({"mrp.pretrained": f"heavyball/sdar-x-mrp-2lyr@{sha}"}), bb, progress=False)
+        with pytest.raises(CheckpointError, match="could not fetch heavyball/sdar-x-mrp-2lyr@" + "c" * 40):
+            stages.head(prof.replace({"mrp.pretrained": "heavyball/sdar-x-mrp-2lyr@" + "c" * 40}), bb)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)
+    assert torch.equal(_forward(got, bb), _forward(ours.eval(), bb))
+    assert json.loads((snap / "config.json").read_text())["num_nextn_predict_layers"] == 2
