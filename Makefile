@@ -1,7 +1,9 @@
 # mrp-repro: the two commands are `make reproduce` and `make test`.
 #   make reproduce PROFILE=tiny      # default; CPU, 2 cores
 #   make test PYTEST_ARGS="-m 'not slow' -x"
-# Profiles: configs/<name>.yaml (smoke, tiny, sdar-1.7b, sdar-4b, sdar-8b).
+# Profiles: configs/<name>.yaml (smoke, tiny, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
+#   make reproduce PROFILE=sdar-mini  # the SDAR path on CPU: a generated toy SDAR checkpoint + released-format head
+#                                     # (python -m mrp_repro.sdar_mini --out DIR writes them; the first stage does it)
 
 PYTHON ?= python3
 PROFILE ?= tiny

@@ -6,6 +6,7 @@
     bb = stages.backbone(P)                    # trains a scratch backbone once (~14 CPU-min on tiny), else loads it
     d = stages.trajectories(P, bb, "self")     # collects (or resumes, or reuses) one trajectory source
     head = stages.head(P, bb)                  # trains the MRP head once; on bb's device and in bb's dtype
+                                               # (or loads the released one of mrp.pretrained: mrp_repro.released)
 
 Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
 valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
@@ -17,6 +18,10 @@ Command line (each stage also builds the ones it needs; `--debug` shows a user e
     .venv/bin/python -m mrp_repro.stages backbone --profile tiny
     .venv/bin/python -m mrp_repro.stages trajectories --profile tiny [--source self]
     .venv/bin/python -m mrp_repro.stages head --profile tiny [--allow-backbone-mismatch]
+
+Benchmark profiles collect trajectories from benchmark-train prompts (GSM8K train, MBPP task ids 601-974)
+formatted with the chat template; a profile path starting with runs/ (model.local_dir, mrp.pretrained) is a
+generated artifact under $MRP_REPRO_RUNS, written when missing (mrp_repro.sdar_mini, the sdar-mini profile).
 """
 
 from __future__ import annotations
