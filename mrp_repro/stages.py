@@ -42,6 +42,7 @@ from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype, set_num_thr
 from mrp_repro.tokenizer import load_tokenizer
 from mrp_repro.training.common import BACKBONE_COMMAND, HEAD_COMMAND
 from mrp_repro.training.mrp import train_mrp, train_sources
+from mrp_repro.training.online import train_online
 from mrp_repro.trajectories import FORMAT_VERSION, collect, model_fingerprint, read_manifest, shard_problem
 
 __all__ = [
@@ -240,12 +241,10 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
 
 def head_dir(profile: Profile, bb: Backbone) -> Path:
     """runs/<profile>/mrp-<hash>/: head/ (weights, config), metrics.json, loss curves, ckpt.pt."""
-    key = hashlib.sha256(
-        (
-            profile.section_hash("mrp", "mrp_training", "trajectories", "data") + "|" + model_fingerprint(bb.model)
-        ).encode()
-    ).hexdigest()[:12]
-    return artifact_dir(profile, "mrp", key)
+    # the online recipe reads no trajectories, so their settings do not name its head
+    sections = ("mrp", "mrp_training", "data") + (("trajectories",) if profile.mrp_training.recipe == "offline" else ())
+    key = hashlib.sha256((profile.section_hash(*sections) + "|" + model_fingerprint(bb.model)).encode())
+    return artifact_dir(profile, "mrp", key.hexdigest()[:12])
 
 
 def _load_head(bb: Backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHead:
@@ -261,7 +260,8 @@ def _load_head(bb: Backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHea
 
 
 def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_mismatch: bool = False) -> Path:
-    """head_dir(profile, bb), trained (trajectories collected first) only when missing.
+    """head_dir(profile, bb), trained only when missing: mrp_training.recipe "online" trains on packed chat SFT
+    (training.online, the paper's recipe), "offline" on collected trajectories (collected first).
 
     On reuse the head is loaded once against the backbone's fingerprint: a missing or unreadable head is
     rewritten from ckpt.pt (a finished run's last checkpoint: no step is retrained); a head of another
@@ -276,7 +276,6 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
         except (HeadNotFoundError, ckpt_io.CheckpointError) as e:
             print(f"stages.head: {e}; rewriting the head from {out / 'ckpt.pt'}", file=sys.stderr)
             (out / "done.json").unlink()
-    dirs = [trajectories(profile, bb, s, progress=progress) for s in train_sources(profile)]
     batch = min(profile.mrp_training.batch_size, 32)
 
     def head_cost(h: MRPHead) -> dict:
@@ -284,7 +283,11 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
 
         return dict(head_cost_ratio=head_cost_ratio(bb.model, h, batch, bb.block_size), head_cost_ratio_batch=batch)
 
-    train_mrp(profile, bb, dirs, out, progress=progress, resume=True, extra_metrics=head_cost)
+    if profile.mrp_training.recipe == "online":  # the paper's recipe: packed chat SFT, noised on the fly
+        train_online(profile, bb, out, progress=progress, resume=True, extra_metrics=head_cost)
+    else:  # ours: collected block states (trajectories.sources)
+        dirs = [trajectories(profile, bb, s, progress=progress) for s in train_sources(profile)]
+        train_mrp(profile, bb, dirs, out, progress=progress, resume=True, extra_metrics=head_cost)
     return out
 
 

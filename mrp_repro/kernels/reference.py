@@ -52,11 +52,11 @@ def _math_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def first_argmax(x: torch.Tensor) -> torch.Tensor:
-    """Row-wise argmax of a 2-D tensor with ties broken to the lowest index."""
-    mx = x.max(dim=-1, keepdim=True).values
-    idx = torch.arange(x.shape[-1], device=x.device).expand_as(x)
-    big = torch.full_like(idx, x.shape[-1])
-    return torch.where(x == mx, idx, big).min(dim=-1).values
+    """Row-wise argmax of a 2-D tensor with ties broken to the lowest index.
+
+    torch.argmax documents exactly that ("the indices of the first maximal value"); a masked min over an index
+    grid did the same in 5 of 6 s of a static decode at vocabulary 151,936."""
+    return x.argmax(dim=-1)
 
 
 def _confidence_from_logits(z: torch.Tensor, return_entropy: bool):
