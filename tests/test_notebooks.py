@@ -100,14 +100,20 @@ def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
 # ----------------------------------------------------------------------------- the SDAR path (sdar-mini)
 
 #: sdar-mini at its smallest: one prompt per benchmark (all four: extraction and the sandbox run), one block,
-#: one threshold / rule / K of each kind. The released-format head replaces training (notebook 04 loads it).
+#: one threshold / rule / K of each kind. Notebook 04 trains a head with the paper's online recipe (2 steps on
+#: GSM8K train) and loads the released-format head, which 05-07 decode with.
 SDAR_CI = """extends: {base}
 name: sdar-mini-ci
 trajectories: {{n_prompts: 2, shard_size: 2}}
+mrp_training: {{steps: 2, ckpt_every: 2, max_samples: 8}}
 decoding: {{max_new_tokens: 16, thresholds: [0.5], lookahead_k: [1], speculative_k: [3], remask_rules: [tau]}}
 evaluation: {{n_prompts: 1, bootstrap_samples: 20}}
 """
-SDAR_EXPECTED = {**EXPECTED, "01_backbone": {"tables": ["backbone"]}, "04_train_mrp": {"tables": ["mrp_head"]}}
+SDAR_EXPECTED = {
+    **EXPECTED,
+    "01_backbone": {"tables": ["backbone"]},
+    "04_train_mrp": {"tables": ["mrp_curve", "mrp_head"], "figures": ["mrp_curve"]},
+}
 #: notebook parameters that are sizes, not profile settings
 SDAR_PARAMS = {"03_adjacent_step_logits": {"n_problems": 1, "max_distance": 2}, "05_speculative": {"n_latency": 1},
                "07_remasking": {"n_trace": 1}}  # fmt: skip
@@ -156,8 +162,8 @@ def test_every_notebook_runs_the_sdar_path_on_sdar_mini(kernel, tmp_path):
 
 
 def test_sdar_mini_decodes_in_bf16(kernel, tmp_path):
-    """MRP_REPRO_DTYPE=bfloat16 through the notebooks that load and decode (01, 04 with the released head, 05-07).
-    The head is the released one, so no training runs here (bf16 training is tested by the trainers' tests)."""
+    """MRP_REPRO_DTYPE=bfloat16 through the notebooks that load, train and decode (01, 04: online training beside
+    the bf16 backbone and the released head in bf16, 05-07)."""
     figs = _run_sdar(["01_backbone", "04_train_mrp", "05_speculative", "06_direct_lookahead", "07_remasking"],
                      tmp_path, "bfloat16")  # fmt: skip
     import pandas as pd
