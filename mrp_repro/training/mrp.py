@@ -431,13 +431,23 @@ def train_mrp(
         bar.close()
     if step < tc.steps:  # interrupted on purpose (stop_after)
         return {"step": step, "finished": False}
+    return finish_training(
+        profile, out, head, model, curve, heldout, bb_hash, train_sources(profile), extra_metrics, rerun, dev,
+        steps=tc.steps, train_rows=len(train_rows), heldout_rows=len(held_rows),
+    )  # fmt: skip
+
+
+def finish_training(profile, out: Path, head, model, curve, heldout, bb_hash, sources, extra_metrics, rerun, dev,
+                    head_extra: dict | None = None, **run_metrics) -> dict:  # fmt: skip
+    """What both trainers write when a run has finished: metrics.json (`run_metrics`, the curves' summary, sizes,
+    and extra_metrics(head) measured in the backbone's dtype), the head (released naming), curves, provenance and
+    done.json last, each atomically. Returns the metrics."""
+    mc = profile.mrp
     first, last = (heldout[0], heldout[-1]) if heldout else ({}, {})
     metrics = dict(
         finished=True,
-        steps=tc.steps,
-        train_rows=len(train_rows),
-        heldout_rows=len(held_rows),
-        train_sources=train_sources(profile),
+        **run_metrics,
+        train_sources=list(sources),
         train_time_s=curve[-1]["elapsed_s"] if curve else 0.0,
         final_train_loss=float(np.mean([c["loss"] for c in curve[-20:]])) if curve else None,
         initial_heldout_kl=first.get("heldout_kl"),
@@ -455,11 +465,8 @@ def train_mrp(
     if extra_metrics is not None:  # measured as it will run: in the backbone's dtype
         metrics.update(extra_metrics(copy.deepcopy(head).eval().to(model.lm_head.weight.dtype)))
     _write_curves(out, curve, heldout)
-    save_head(
-        head,
-        out / "head",
-        extra=dict(backbone_hash=bb_hash, train_sources=train_sources(profile), k_steps=mc.k_steps, rerun=rerun),
-    )
+    extra = dict(backbone_hash=bb_hash, train_sources=list(sources), k_steps=mc.k_steps, rerun=rerun)
+    save_head(head, out / "head", extra={**extra, **(head_extra or {})})
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "provenance.json", provenance(profile, dev))
     write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})

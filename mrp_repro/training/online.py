@@ -41,18 +41,16 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from mrp_repro.checkpoint import CheckpointError
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import rope_cos_sin
-from mrp_repro.mrp import MRPHead, save_head
-from mrp_repro.runtime import provenance, write_json_atomic
+from mrp_repro.mrp import MRPHead
 from mrp_repro.tasks.sft import PackedSequences, load_sft_records, pack, tokenize_records
 from mrp_repro.training.common import HEAD_COMMAND, head_autocast, lr_lambda_for
-from mrp_repro.training.mrp import _save_ckpt, _write_curves
+from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_training
 from mrp_repro.trajectories import GT_T_MIN, model_fingerprint
 
 __all__ = ["packed_state_mask", "draw_noise", "online_loss", "load_packed", "train_online"]
@@ -393,48 +391,12 @@ def train_online(
         bar.close()
     if step < steps:  # interrupted on purpose (stop_after)
         return {"step": step, "finished": False}
-    first, last = (heldout[0], heldout[-1]) if heldout else ({}, {})
-    metrics = dict(
-        finished=True,
-        recipe="online",
-        steps=steps,
-        train_rows=len(train_rows),
-        heldout_rows=len(held_rows),
-        train_sources=[tc.sft_source],
-        sft_data_sha256=data_sha,
-        seq_len=tc.seq_len,
-        tokens_per_step=bs * tc.seq_len,
+    return finish_training(
+        profile, out, head, model, curve, heldout, bb_hash, [tc.sft_source], extra_metrics, rerun, dev,
+        head_extra={"recipe": "online"}, recipe="online", steps=steps, train_rows=len(train_rows),
+        heldout_rows=len(held_rows), sft_data_sha256=data_sha, seq_len=tc.seq_len, tokens_per_step=bs * tc.seq_len,
         train_answer_tokens=int(data.answer[train_rows].sum()),
-        train_time_s=curve[-1]["elapsed_s"] if curve else 0.0,
-        final_train_loss=float(np.mean([c["loss"] for c in curve[-20:]])) if curve else None,
-        initial_heldout_kl=first.get("heldout_kl"),
-        heldout_kl=last.get("heldout_kl"),
-        heldout_baseline_kl=last.get("heldout_baseline_kl"),
-        heldout_kl_step1=last.get("heldout_kl_step1"),
-        heldout_baseline_kl_step1=last.get("heldout_baseline_kl_step1"),
-        heldout_loss=last.get("heldout_loss"),
-        head_parameters=sum(p.numel() for p in head.parameters()),
-        backbone_parameters=sum(p.numel() for p in model.parameters()),
-        backbone_hash=bb_hash,
-        k_steps=mc.k_steps,
-        objective=mc.objective,
-    )
-    if extra_metrics is not None:  # measured as it will run: in the backbone's dtype
-        import copy
-
-        metrics.update(extra_metrics(copy.deepcopy(head).eval().to(model.lm_head.weight.dtype)))
-    _write_curves(out, curve, heldout)
-    save_head(
-        head,
-        out / "head",
-        extra=dict(
-            backbone_hash=bb_hash, train_sources=[tc.sft_source], k_steps=mc.k_steps, rerun=rerun, recipe="online"
-        ),
-    )
-    write_json_atomic(out / "metrics.json", metrics)
-    write_json_atomic(out / "provenance.json", provenance(profile, dev))
-    write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
-    return metrics
+    )  # fmt: skip
 
 
 def step_cost(profile, backbone, micro_batches: int = 3) -> dict:
