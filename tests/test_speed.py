@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from mrp_repro.report.speed import head_breakdown, speed_table
 from mrp_repro.mrp import MRPHead
+from mrp_repro.report.speed import head_breakdown, speed_table
 
 torch.set_num_threads(1)
 
