@@ -272,8 +272,13 @@ def heldout_metrics(
         for key in agg:
             agg[key] += st[key]
     head.train(was)
+    return heldout_summary(loss_sum, nb, agg)
+
+
+def heldout_summary(loss_sum: float, n_batches: int, agg: dict) -> dict:
+    """Held-out metrics from summed batch losses and mrp_loss's slot statistics (both trainers report these)."""
     return dict(
-        heldout_loss=loss_sum / max(nb, 1),
+        heldout_loss=loss_sum / max(n_batches, 1),
         heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
         heldout_baseline_kl=agg["base_sum"] / max(agg["n"], 1),
         heldout_kl_step1=agg["kl1_sum"] / max(agg["n1"], 1),

@@ -50,7 +50,7 @@ from mrp_repro.model import rope_cos_sin
 from mrp_repro.mrp import MRPHead
 from mrp_repro.tasks.sft import PackedSequences, load_sft_records, pack, tokenize_records
 from mrp_repro.training.common import HEAD_COMMAND, head_autocast, lr_lambda_for
-from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_training
+from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_training, heldout_summary
 from mrp_repro.trajectories import GT_T_MIN, model_fingerprint
 
 __all__ = ["packed_state_mask", "draw_noise", "online_loss", "load_packed", "train_online"]
@@ -255,14 +255,7 @@ def _heldout(head, model, data, rows, profile, mask_id, mb, dev, amp) -> dict:
         for key in agg:
             agg[key] += st[key]
     head.train(was)
-    return dict(
-        heldout_loss=loss_sum / max(nb, 1),
-        heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
-        heldout_baseline_kl=agg["base_sum"] / max(agg["n"], 1),
-        heldout_kl_step1=agg["kl1_sum"] / max(agg["n1"], 1),
-        heldout_baseline_kl_step1=agg["base1_sum"] / max(agg["n1"], 1),
-        heldout_slots=agg["n"],
-    )
+    return heldout_summary(loss_sum, nb, agg)
 
 
 def _amp_for(model, dev):
