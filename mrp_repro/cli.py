@@ -11,7 +11,8 @@ HeadNotFoundError, BenchmarkDataUnavailable, ...) is printed to stderr as
 
 on one line, and the process exits with status 2 (argparse's status for bad arguments). With
 `--debug` anywhere in argv the flag is removed and the exception propagates with its traceback.
-An int returned by `main` other than 0 becomes the exit status.
+An int returned by `main` other than 0 becomes the exit status. Under `distributed.launch` (torchrun) a
+failing rank also writes its error where the launcher reads it, to name the rank.
 """
 
 from __future__ import annotations
@@ -34,14 +35,21 @@ def format_user_error(e: BaseException) -> str:
 
 def run_cli(main: Callable[[list[str] | None], object], argv: Sequence[str] | None = None):
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--debug" in args:
-        return _exit_status(main([a for a in args if a != "--debug"]))
     try:
-        rc = main(args)
-    except UserError as e:
-        print(format_user_error(e), file=sys.stderr)
-        raise SystemExit(EXIT_USER_ERROR) from None
-    return _exit_status(rc)
+        if "--debug" in args:
+            return _exit_status(main([a for a in args if a != "--debug"]))
+        try:
+            rc = main(args)
+        except UserError as e:
+            print(format_user_error(e), file=sys.stderr)
+            raise SystemExit(EXIT_USER_ERROR) from e
+        return _exit_status(rc)
+    except BaseException as e:  # under distributed.launch: this rank's error, for the launcher to name
+        if not (isinstance(e, SystemExit) and e.code in (0, None)):
+            from mrp_repro.distributed import record_failure
+
+            record_failure(e.__cause__ if isinstance(e, SystemExit) and e.__cause__ else e)
+        raise
 
 
 def _exit_status(rc):

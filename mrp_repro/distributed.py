@@ -1,0 +1,172 @@
+"""torch.distributed for the heavy stages: one process per rank, launched by torchrun.
+
+    torchrun --standalone --nproc-per-node 2 -m mrp_repro.stages head --profile smoke      # by hand
+    .venv/bin/python -m mrp_repro.stages head --profile smoke --nproc 2                    # the same, launched
+    make reproduce PROFILE=tiny NPROC=2                                                    # the heavy stages
+
+    from mrp_repro import distributed
+    d = distributed.init()            # Dist(rank, world, local_rank, backend); world 1 outside torchrun
+    mine = d.shard(range(n))          # this rank's items: i % world == rank (deterministic, disjoint, complete)
+    d.all_reduce_sum([loss_sum, n])   # sums over ranks (the values themselves at world 1)
+
+Backend: nccl on CUDA, gloo on CPU. A rank on CUDA uses cuda:<local rank>. Outside torchrun (no WORLD_SIZE)
+nothing is initialised and every helper is the identity, so single-process code paths are unchanged.
+`launch` runs a module under torchrun with one log per rank and turns a failed rank into a UserError naming
+the rank, its exit status and its log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from mrp_repro.errors import UserError
+
+__all__ = ["Dist", "init", "current", "launch", "RankFailed", "ERROR_FILE_ENV"]
+
+#: where a failing rank writes its traceback (set by `launch`, read back to name the rank)
+ERROR_FILE_ENV = "MRP_REPRO_RANK_ERRORS"
+
+
+class RankFailed(UserError, RuntimeError):
+    """A rank of a torchrun launch failed; the message names the rank, its exit status and its log."""
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    def shard(self, items: Sequence) -> list:
+        """This rank's items: every `world`-th from position `rank` (round robin, so ranks get similar work
+        when items are sorted by size)."""
+        return [x for i, x in enumerate(items) if i % self.world == self.rank]
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
+        """Elementwise sums over ranks, in float64 (the values as floats at world 1)."""
+        if not self.active:
+            return [float(v) for v in values]
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._device())
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def broadcast_object(self, obj=None, src: int = 0):
+        """rank `src`'s `obj` on every rank."""
+        if not self.active:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=src, device=self._device())
+        return box[0]
+
+    def _device(self) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+
+
+def current() -> Dist:
+    """The initialised process group as a Dist (world 1 when none is)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return Dist()
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_backend())
+
+
+def init() -> Dist:
+    """Join the process group torchrun describes (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR/PORT), once.
+
+    nccl when CUDA is available (and the rank's device set to cuda:<local rank>), else gloo. Without
+    torchrun's variables, or with WORLD_SIZE=1, nothing is initialised and Dist() (rank 0 of 1) is returned."""
+    if dist.is_available() and dist.is_initialized():
+        return current()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and os.environ.get("MRP_REPRO_DEVICE", "cuda").startswith("cuda")
+    if use_cuda:
+        torch.cuda.set_device(local)
+        os.environ.setdefault("MRP_REPRO_DEVICE", f"cuda:{local}")
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return current()
+
+
+def record_failure(exc: BaseException) -> None:
+    """Write this rank's error where `launch` reads it (a no-op outside `launch`)."""
+    d = os.environ.get(ERROR_FILE_ENV)
+    if not d:
+        return
+    import traceback
+
+    rank = os.environ.get("RANK", "0")
+    Path(d).mkdir(parents=True, exist_ok=True)
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    (Path(d) / f"rank-{rank}.txt").write_text(f"{type(exc).__name__}: {exc}\n\n{text}")
+
+
+def _rank_logs(log_dir: Path) -> dict[int, Path]:
+    """local rank -> its stderr log under torchrun's --log-dir (<dir>/<run id>/attempt_<n>/<local rank>/)."""
+    out: dict[int, Path] = {}
+    for p in sorted(log_dir.glob("**/attempt_*/*/stderr.log")):
+        out[int(p.parent.name)] = p
+    return out
+
+
+def launch(module: str, args: Sequence[str], nproc: int, log_dir: str | os.PathLike, timeout_s: float | None = None,
+           extra_env: dict | None = None) -> None:  # fmt: skip
+    """Run `python -m module *args` on `nproc` local ranks through torchrun (standalone rendezvous).
+
+    Each rank's stdout and stderr go to a log under `log_dir` (torchrun --redirects 3 --log-dir); rank 0's
+    are also shown. A failed launch raises RankFailed naming the first rank that failed, its exit status,
+    its error's last line and its log; a rank that is killed (no error of its own) is named from
+    torchrun's summary. No retries: the stages resume from what finished ranks wrote."""
+    if nproc < 1:
+        raise ValueError(f"nproc={nproc}: need at least 1 process")
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = log_dir / time.strftime("%Y%m%d-%H%M%S")
+    errors = run_dir / "errors"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           f"--log-dir={run_dir}", "--redirects=3", "--tee=0:3", "--max-restarts=0", "-m", module, *args]  # fmt: skip
+    env = {**os.environ, ERROR_FILE_ENV: str(errors), **(extra_env or {})}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
+    if proc.returncode == 0:
+        return
+    logs = _rank_logs(run_dir)
+    failed = sorted(int(p.stem.split("-")[1]) for p in errors.glob("rank-*.txt")) if errors.exists() else []
+    summary = proc.stderr or ""
+    if failed:
+        rank = failed[0]
+        first = (errors / f"rank-{rank}.txt").read_text().splitlines()[0]
+    else:  # killed without a Python error (a signal, OOM): torchrun's "Root Cause" names the rank
+        m = re.search(r"Root Cause.*?rank\s*:\s*(\d+)", summary, re.S)
+        rank = int(m.group(1)) if m else -1
+        code = re.search(r"exitcode\s*:\s*(-?\d+)", summary[m.start() :] if m else summary)
+        first = f"exit status {code.group(1)}" if code else f"torchrun exit status {proc.returncode}"
+    log = logs.get(rank, run_dir)
+    raise RankFailed(
+        f"rank {rank} of {nproc} failed in `python -m {module} {' '.join(args)}`: {first}; its log: {log} "
+        f"(every rank's log is under {run_dir}); nothing was merged from a partial set: rerun the same command "
+        "to resume (finished shards and checkpoints are kept)"
+    )
