@@ -1,5 +1,5 @@
-"""What the trainers share: the LR schedule, the loss-curve writer, the stage commands in their errors, and how
-the head computes beside a low-precision backbone (`head_autocast`)."""
+"""What the trainers share: the LR schedule, the loss-curve writer, the stage commands in their errors, how
+the head computes beside a low-precision backbone (`head_autocast`), and the head's loss under DDP (`ddp_loss`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import os
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from mrp_repro.runtime import write_json_atomic
 
-__all__ = ["lr_lambda_for", "write_curve", "head_autocast", "BACKBONE_COMMAND", "HEAD_COMMAND"]
+__all__ = ["lr_lambda_for", "write_curve", "head_autocast", "ddp_loss", "HeadLoss", "BACKBONE_COMMAND", "HEAD_COMMAND"]
 
 # The command that (re)builds each stage; error messages name it, so following their advice reruns the stage.
 BACKBONE_COMMAND = "python -m mrp_repro.stages backbone --profile {name}"
@@ -55,3 +56,43 @@ def head_autocast(backbone_dtype: torch.dtype, device: torch.device):
     if backbone_dtype in (torch.bfloat16, torch.float16):
         return torch.autocast(device_type=device.type, dtype=backbone_dtype)
     return contextlib.nullcontext()
+
+
+class HeadLoss(nn.Module):
+    """The head and a loss of it as one module, so DistributedDataParallel can wrap it.
+
+    DDP reduces gradients only for a backward through its own forward, and it broadcasts every registered
+    parameter and buffer: the loss function closes over the frozen backbone, which is therefore no submodule
+    and never broadcast. `touch`: a loss with no graph (no slot to supervise on this rank) gets sum(p * 0)
+    added, so every rank still produces a gradient for every head parameter; without it DDP's all-reduce
+    (find_unused_parameters=False) would wait forever for the ranks that did have a graph."""
+
+    def __init__(self, head: nn.Module, loss_fn, touch: bool):
+        super().__init__()
+        self.head = head
+        self._loss_fn, self._touch = loss_fn, touch
+
+    def forward(self, *args, **kwargs):
+        loss = self._loss_fn(self.head, *args, **kwargs)
+        if self._touch and loss.grad_fn is None:
+            loss = loss + sum((p * 0).sum() for p in self.head.parameters())
+        return loss
+
+
+def ddp_loss(head: nn.Module, loss_fn, d, device: torch.device):
+    """(loss module, no_sync) for training `head` on the ranks of `d` (a distributed.Dist).
+
+    loss module(*args) = loss_fn(head, *args). At world 1 it is HeadLoss itself and no_sync a null context:
+    the single-process computation, bit for bit. At world > 1 it is HeadLoss under DistributedDataParallel,
+    whose backward averages the head's gradients over ranks; no_sync() skips that all-reduce for all but a
+    step's last local micro-batch."""
+    mod = HeadLoss(head, loss_fn, touch=d.active)
+    if not d.active:
+        return mod, contextlib.nullcontext
+    ddp = nn.parallel.DistributedDataParallel(
+        mod,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=False,
+        broadcast_buffers=False,  # the head has no buffers that training changes
+    )
+    return ddp, ddp.no_sync

@@ -50,11 +50,12 @@ import torch
 
 from mrp_repro.checkpoint import CheckpointError
 from mrp_repro.config import ConfigError
+from mrp_repro.distributed import Dist, current
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import SDARModel
 from mrp_repro.mrp import MRPHead, save_head
 from mrp_repro.runtime import provenance, write_json_atomic
-from mrp_repro.training.common import HEAD_COMMAND, head_autocast, lr_lambda_for, write_curve
+from mrp_repro.training.common import HEAD_COMMAND, ddp_loss, head_autocast, lr_lambda_for, write_curve
 from mrp_repro.trajectories import load_trajectories, model_fingerprint
 
 __all__ = [
@@ -213,15 +214,19 @@ def mrp_loss(
     block_size: int,
     grad_cache: bool = True,
     with_stats: bool = False,
+    denom: torch.Tensor | None = None,
 ):
     """The training loss (see the module docstring); with_stats adds unweighted per-slot KL sums of the
-    head and of the uncorrected baseline KL(B_k || A) for evaluation."""
+    head and of the uncorrected baseline KL(B_k || A) for evaluation. denom: the loss normaliser (answer
+    slots of the batch's blocks); a rank holding part of a global batch passes the global batch's count, so
+    the ranks' losses sum to the global batch's loss."""
     cache = build_head_cache(head, model, batch, block_size, grad=grad_cache)
     lm_head, embed = model.lm_head, model.embed_tokens
     h_A = batch["hidden"][:, 0]
     with torch.no_grad():
         A_full = lm_head(h_A)
-    denom = batch["answer_mask"].sum().clamp(min=1).float()
+    if denom is None:
+        denom = batch["answer_mask"].sum().clamp(min=1).float()
     h = h_A
     total = 0.0
     stats = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
@@ -257,14 +262,17 @@ def mrp_loss(
 
 @torch.no_grad()
 def heldout_metrics(
-    head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int, device
-) -> dict:
-    """Held-out: the weighted loss and the mean KL per still-masked slot of the head vs the uncorrected A."""
+    head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int, device,
+    d: Dist | None = None,
+) -> dict:  # fmt: skip
+    """Held-out: the weighted loss and the mean KL per still-masked slot of the head vs the uncorrected A.
+    d (a distributed.Dist): each rank evaluates its share of the batches and the sums are all-reduced, so
+    every rank returns the single-process numbers (up to summation order)."""
     was = head.training
     head.eval()
     agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
     loss_sum, nb = 0.0, 0
-    for lo in range(0, len(rows), batch_size):
+    for lo in (d or Dist()).shard(range(0, len(rows), batch_size)):
         b = data.batch(rows[lo : lo + batch_size], device)
         loss, st = mrp_loss(head, model, b, k_steps, mask_id, data.L, grad_cache=False, with_stats=True)
         loss_sum += float(loss)
@@ -272,11 +280,17 @@ def heldout_metrics(
         for key in agg:
             agg[key] += st[key]
     head.train(was)
-    return heldout_summary(loss_sum, nb, agg)
+    return heldout_summary(loss_sum, nb, agg, d)
 
 
-def heldout_summary(loss_sum: float, n_batches: int, agg: dict) -> dict:
-    """Held-out metrics from summed batch losses and mrp_loss's slot statistics (both trainers report these)."""
+def heldout_summary(loss_sum: float, n_batches: int, agg: dict, d: Dist | None = None) -> dict:
+    """Held-out metrics from summed batch losses and mrp_loss's slot statistics (both trainers report these);
+    with d (a distributed.Dist) the sums are first all-reduced over its ranks."""
+    if d is not None and d.active:
+        keys = sorted(agg)
+        tot = d.all_reduce_sum([loss_sum, n_batches, *(agg[k] for k in keys)])
+        loss_sum, n_batches = tot[0], int(tot[1])
+        agg = {k: (int(v) if k in ("n", "n1") else v) for k, v in zip(keys, tot[2:], strict=True)}
     return dict(
         heldout_loss=loss_sum / max(n_batches, 1),
         heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
@@ -345,9 +359,19 @@ def train_mrp(
     backbone: a `backbone.Backbone` (or anything with .model and .mask_id). stop_after: return after that
     many steps of this call (tests use it to simulate a killed run). extra_metrics(head) adds entries to
     metrics.json once training has finished (stages.train_head measures the head's cost there).
-    Returns the metrics dict."""
+    Returns the metrics dict.
+
+    Under torchrun (distributed.init() called first; `torchrun --nproc-per-node N -m mrp_repro.stages head
+    --profile P`): every rank holds the frozen backbone, the head trains under DDP, and step s's global
+    batch (the same rows at any world size) is split over the ranks, rank r taking rows r, r + N, ...; each
+    rank's loss is normalised by the answer slots of the whole global batch, so the ranks' losses sum to the
+    single-process loss and DDP's averaged gradient (of loss * N) is its gradient. Rank 0 alone writes; the
+    checkpoint holds no world-dependent state, so a run resumes on any world size. Every rank returns the
+    same metrics."""
+    dd = current()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if dd.is_main:
+        out.mkdir(parents=True, exist_ok=True)
     model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
     mc, tc = profile.mrp, profile.mrp_training
     dev = model.lm_head.weight.device
@@ -366,6 +390,12 @@ def train_mrp(
     held_rows = held_rows[:MAX_HELDOUT_ROWS]
     if len(train_rows) == 0:
         raise ValueError("no training rows")
+    if min(tc.batch_size, len(train_rows)) < dd.world:
+        raise ConfigError(
+            f"a global batch of {min(tc.batch_size, len(train_rows))} rows (mrp_training.batch_size="
+            f"{tc.batch_size}, {len(train_rows)} training rows) cannot be split over {dd.world} ranks; raise "
+            f"mrp_training.batch_size to at least {dd.world} or launch fewer ranks (--nproc)"
+        )
 
     torch.manual_seed(profile.seed)
     head = MRPHead(model.config, mc.num_layers, mc.objective)
@@ -393,12 +423,15 @@ def train_mrp(
         sched.load_state_dict(st["scheduler"])
         curve, heldout, start = st["curve"], st["heldout"], st["step"]
     bs = tc.batch_size
+    rows_loss = functools.partial(_rows_loss, model=model, k_steps=mc.k_steps, mask_id=mask_id, block_size=L)
+    loss_of, _ = ddp_loss(head, rows_loss, dd, dev)
     t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
     if not heldout and len(held_rows):
         with amp():
-            heldout.append({"step": 0, **heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)})
+            hm = heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev, dd)
+        heldout.append({"step": 0, **hm})
     bar = None
-    if progress:
+    if progress and dd.is_main:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=tc.steps, initial=start, desc="train MRP", unit="step")
@@ -410,36 +443,51 @@ def train_mrp(
             int(hashlib.sha256(f"mrp-batch|{profile.seed}|{step}".encode()).hexdigest()[:15], 16)
         )
         rows = train_rows[torch.randint(len(train_rows), (min(bs, len(train_rows)),), generator=g)]
+        # the whole global batch's answer slots: the same normaliser on every rank and at every world size
+        denom = data.answer_mask[rows].sum().clamp(min=1).float().to(dev)
         with amp():
-            loss = mrp_loss(head, model, data.batch(rows, dev), mc.k_steps, mask_id, L)
+            loss = loss_of(data.batch(rows[dd.rank :: dd.world], dev), denom)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * dd.world if dd.active else loss).backward()  # DDP averages over ranks: * world makes it the sum
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
-        curve.append(
-            dict(step=step + 1, loss=float(loss.detach()), lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0)
-        )
+        loss_val = float(loss.detach())
+        if dd.active:
+            loss_val = dd.all_reduce_sum([loss_val])[0]
+        curve.append(dict(step=step + 1, loss=loss_val, lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
+            bar.set_postfix(loss=f"{loss_val:.4f}")
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == tc.steps:
             if len(held_rows):
                 with amp():
-                    hm = heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev)
+                    hm = heldout_metrics(head, model, data, held_rows, mc.k_steps, mask_id, bs, dev, dd)
                 heldout.append({"step": step + 1, **hm})
-            _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
-            _write_curves(out, curve, heldout)
+            if dd.is_main:
+                _save_ckpt(out, step + 1, head, opt, sched, curve, heldout)
+                _write_curves(out, curve, heldout)
     else:
         step = tc.steps
     if bar is not None:
         bar.close()
     if step < tc.steps:  # interrupted on purpose (stop_after)
+        dd.barrier()  # rank 0's last checkpoint is on disk before any rank returns (and, say, resumes)
         return {"step": step, "finished": False}
-    return finish_training(
-        profile, out, head, model, curve, heldout, bb_hash, train_sources(profile), extra_metrics, rerun, dev,
+    return finish_on_main(
+        dd, profile, out, head, model, curve, heldout, bb_hash, train_sources(profile), extra_metrics, rerun, dev,
         steps=tc.steps, train_rows=len(train_rows), heldout_rows=len(held_rows),
     )  # fmt: skip
+
+
+def _rows_loss(head, batch, denom, *, model, k_steps, mask_id, block_size):
+    return mrp_loss(head, model, batch, k_steps, mask_id, block_size, denom=denom)
+
+
+def finish_on_main(d: Dist, *args, **kwargs) -> dict:
+    """finish_training on rank 0 alone; the other ranks wait for it and return its metrics."""
+    metrics = finish_training(*args, **kwargs) if d.is_main else None
+    return d.broadcast_object(metrics)
 
 
 def finish_training(profile, out: Path, head, model, curve, heldout, bb_hash, sources, extra_metrics, rerun, dev,

@@ -45,12 +45,14 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from mrp_repro.checkpoint import CheckpointError
+from mrp_repro.config import ConfigError
+from mrp_repro.distributed import Dist, current
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import rope_cos_sin
 from mrp_repro.mrp import MRPHead
 from mrp_repro.tasks.sft import PackedSequences, load_sft_records, pack, tokenize_records
-from mrp_repro.training.common import HEAD_COMMAND, head_autocast, lr_lambda_for
-from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_training, heldout_summary
+from mrp_repro.training.common import HEAD_COMMAND, ddp_loss, head_autocast, lr_lambda_for
+from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_on_main, heldout_summary
 from mrp_repro.trajectories import GT_T_MIN, model_fingerprint
 
 __all__ = ["packed_state_mask", "draw_noise", "online_loss", "load_packed", "train_online"]
@@ -225,12 +227,14 @@ def _to(batch: dict, dev) -> dict:
 
 
 @torch.no_grad()
-def _heldout(head, model, data, rows, profile, mask_id, mb, dev, amp) -> dict:
+def _heldout(head, model, data, rows, profile, mask_id, mb, dev, amp, d: Dist | None = None) -> dict:
+    """Held-out metrics; under d (a distributed.Dist) each rank takes its share of the micro-batches (their
+    noise is keyed by position, not rank) and the sums are all-reduced."""
     was = head.training
     head.eval()
     agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
     loss_sum, nb = 0.0, 0
-    for lo in range(0, len(rows), mb):
+    for lo in (d or Dist()).shard(range(0, len(rows), mb)):
         b = data.rows(rows[lo : lo + mb])
         dr = draw_noise(
             b,
@@ -255,7 +259,11 @@ def _heldout(head, model, data, rows, profile, mask_id, mb, dev, amp) -> dict:
         for key in agg:
             agg[key] += st[key]
     head.train(was)
-    return heldout_summary(loss_sum, nb, agg)
+    return heldout_summary(loss_sum, nb, agg, d)
+
+
+def _micro_loss(head, batch, states, weight, *, model, mask_id, block_size, grad_checkpointing):
+    return online_loss(head, model, batch, states, weight, mask_id, block_size, grad_checkpointing=grad_checkpointing)
 
 
 def _amp_for(model, dev):
@@ -283,9 +291,18 @@ def train_online(
 ) -> dict:
     """Train a head online on the profile's SFT data; the signature, artifacts, resume and recovery of
     training.mrp.train_mrp (without its trajectory directories). backbone: a `backbone.Backbone` (model,
-    tokenizer, mask_id, eos_ids, pad_id). Returns the metrics dict ({"step", "finished": False} when stopped)."""
+    tokenizer, mask_id, eos_ids, pad_id). Returns the metrics dict ({"step", "finished": False} when stopped).
+
+    Under torchrun (distributed.init() called first): the frozen backbone is on every rank and the head trains
+    under DDP. Step s's n_micro = ceil(batch_size / micro_batch_size) micro-batches are numbered globally (rows
+    and noise keyed by (seed, step, mi), never by rank); rank r runs those with mi % N == r, each scaled
+    by N / n_micro, with DDP's all-reduce (an average) only after its last one: the single-process gradient.
+    Held-out micro-batches are sharded the same way and their sums all-reduced. Rank 0 alone writes; a run
+    resumes on any world size; every rank returns the same metrics."""
+    dd = current()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if dd.is_main:
+        out.mkdir(parents=True, exist_ok=True)
     model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
     mc, tc = profile.mrp, profile.mrp_training
     dev = model.lm_head.weight.device
@@ -300,6 +317,13 @@ def train_online(
         raise ValueError(f"{tc.sft_source}: no training sequences")
     steps = total_steps(tc, len(train_rows))
     bs, mb = tc.batch_size, tc.micro_batch_size
+    n_micro = -(-bs // mb)
+    if n_micro < dd.world:
+        raise ConfigError(
+            f"mrp_training.batch_size={bs} / micro_batch_size={mb} gives {n_micro} micro-batches per step, fewer "
+            f"than the {dd.world} ranks; set mrp_training.micro_batch_size <= {bs // dd.world} (or raise "
+            "batch_size), or launch fewer ranks (--nproc)"
+        )
     amp = _amp_for(model, dev)
 
     torch.manual_seed(profile.seed)
@@ -330,11 +354,15 @@ def train_online(
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
         curve, heldout, start = st["curve"], st["heldout"], st["step"]
+    micro_loss = functools.partial(
+        _micro_loss, model=model, mask_id=mask_id, block_size=L, grad_checkpointing=tc.grad_checkpointing
+    )
+    loss_of, no_sync = ddp_loss(head, micro_loss, dd, dev)
     t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
     if not heldout and len(held_rows):
-        heldout.append({"step": 0, **_heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp)})
+        heldout.append({"step": 0, **_heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp, dd)})
     bar = None
-    if progress:
+    if progress and dd.is_main:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=steps, initial=start, desc="train MRP (online)", unit="step")
@@ -344,29 +372,25 @@ def train_online(
             break
         rows = _step_rows(train_rows, step, bs, profile.seed)
         opt.zero_grad(set_to_none=True)
-        n_micro = -(-len(rows) // mb)
         loss_sum = 0.0
-        for mi in range(n_micro):
+        mine = dd.shard(range(n_micro))
+        for j, mi in enumerate(mine):
             b = data.rows(rows[mi * mb : (mi + 1) * mb])
             dr = draw_noise(
                 b, L, mask_id, mc.k_steps, torch.Generator().manual_seed(_seed("online-noise", profile.seed, step, mi))
             )
-            with amp():
-                loss = online_loss(
-                    head,
-                    model,
-                    _to(b, dev),
-                    dr["states"].to(dev),
-                    dr["weight"].to(dev),
-                    mask_id,
-                    L,
-                    grad_checkpointing=tc.grad_checkpointing,
-                )
-            (loss / n_micro).backward()
+            # DDP's all-reduce only after this rank's last micro-batch: the others accumulate locally
+            with no_sync() if j < len(mine) - 1 else nullcontext():
+                with amp():
+                    loss = loss_of(_to(b, dev), dr["states"].to(dev), dr["weight"].to(dev))
+                # DDP averages the ranks' gradients, so * world: the sum over all n_micro of loss / n_micro
+                (loss * dd.world / n_micro if dd.active else loss / n_micro).backward()
             loss_sum += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
+        if dd.active:
+            loss_sum = dd.all_reduce_sum([loss_sum])[0]
         loss_val = loss_sum / n_micro
         curve.append(dict(step=step + 1, loss=loss_val, lr=sched.get_last_lr()[0], elapsed_s=time.time() - t0))
         if bar is not None:
@@ -374,17 +398,20 @@ def train_online(
             bar.set_postfix(loss=f"{loss_val:.4f}")
         if (step + 1) % tc.ckpt_every == 0 or step + 1 == steps:
             if len(held_rows):
-                hm = _heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp)
+                hm = _heldout(head, model, data, held_rows, profile, mask_id, mb, dev, amp, dd)
                 heldout.append({"step": step + 1, **hm})
-            _save_ckpt(out, step + 1, head, opt, sched, curve, heldout, extra={"sft_data_sha256": data_sha})
-            _write_curves(out, curve, heldout)
+            if dd.is_main:
+                _save_ckpt(out, step + 1, head, opt, sched, curve, heldout, extra={"sft_data_sha256": data_sha})
+                _write_curves(out, curve, heldout)
     else:
         step = steps
     if bar is not None:
         bar.close()
     if step < steps:  # interrupted on purpose (stop_after)
+        dd.barrier()  # rank 0's last checkpoint is on disk before any rank returns (and, say, resumes)
         return {"step": step, "finished": False}
-    return finish_training(
+    return finish_on_main(
+        dd,
         profile, out, head, model, curve, heldout, bb_hash, [tc.sft_source], extra_metrics, rerun, dev,
         head_extra={"recipe": "online"}, recipe="online", steps=steps, train_rows=len(train_rows),
         heldout_rows=len(held_rows), sft_data_sha256=data_sha, seq_len=tc.seq_len, tokens_per_step=bs * tc.seq_len,
