@@ -49,6 +49,23 @@ with the profile hash, source, settings, backbone fingerprint and every shard's 
 Each shard's randomness is seeded by (seed, shard index) and each example's answer by
 (seed, example index), so a killed run resumes at the first missing shard and the result equals
 an uninterrupted run's.
+
+Under torchrun (one process per rank; the stage CLI calls distributed.init()):
+
+    torchrun --standalone --nproc-per-node N -m mrp_repro.stages trajectories --profile P
+
+every rank calls `collect` with the same arguments and collects the shards i with i % N == rank. A shard's
+content depends on (seed, shard index) only, so N ranks write the same bytes as one process. No two ranks
+write one file: each finished shard is recorded in its own `finished/shard-XXXXX.json` (index, file, rows,
+bytes, sha256, written atomically after the shard); rank 0 alone writes manifest.json, once at the start
+(the kept shards, complete=False) and, after every rank has reported, once more with complete=True if every
+shard is there and matches its sha256 (else the run fails naming the shards, and the manifest stays
+unfinished). A rank that fails reports it and waits for the others to finish their shards, then every rank
+raises. Ranks meet through small files in out_dir/.sync-<run token>/ rather than long collectives, so a
+rank collecting a long shard does not trip the process group's timeout; multi-node runs need out_dir on a
+shared filesystem. Resume works on any world size: listed or recorded shards that verify are kept
+(`finished/` records are folded into the manifest), missing or corrupt ones are redone by their owner now.
+With world 1 nothing of this runs and the layout is as above.
 """
 
 from __future__ import annotations
@@ -57,6 +74,10 @@ import hashlib
 import json
 import os
 import random
+import shutil
+import sys
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -65,6 +86,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from mrp_repro import distributed
 from mrp_repro.errors import UserError
 from mrp_repro.runtime import write_json_atomic
 
@@ -465,6 +487,65 @@ def _verify_shard(out_dir: Path, entry: dict, rerun: str = DEFAULT_RERUN, full: 
     raise TrajectoryError(f"shard {path} {problem}: delete {path.name} and rerun {rerun}: it rewrites only that shard")
 
 
+# ----------------------------------------------------------------------------- resume state
+
+FINISHED = "finished"  # multi-rank runs: one <shard>.json per finished shard, written by the rank that made it
+SYNC_POLL_S = 0.2
+
+
+def _settings_key(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _finished_entries(out: Path, key: str) -> list[dict]:
+    """Shard entries recorded by ranks of an unfinished multi-rank run (those of these settings)."""
+    entries = []
+    for p in sorted((out / FINISHED).glob("shard-*.json")):
+        try:
+            e = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # written atomically: unreadable means outside damage; the shard is simply redone
+        if isinstance(e, dict) and e.pop("settings_key", None) == key:
+            entries.append(e)
+    return entries
+
+
+def _prepare(out: Path, settings: dict, rerun: str | None, n_shards: int) -> dict:
+    """The manifest to resume from, written back with complete=False: every shard listed in it or recorded
+    by a rank of an earlier multi-rank run that exists and matches its sha256; the rest are to be redone."""
+    mpath = out / "manifest.json"
+    if mpath.exists():
+        manifest = read_manifest(out)
+        _check_settings(manifest, settings, out)
+    else:
+        manifest = {**settings, "shards": []}
+    kept: dict[int, dict] = {}
+    problems: dict[int, str] = {}
+    for e in manifest["shards"] + _finished_entries(out, _settings_key(settings)):
+        i = e.get("index")
+        if i in kept or not isinstance(i, int) or not 0 <= i < n_shards:
+            continue
+        problem = shard_problem(out, e, full=True)  # a resume reads every kept shard once: affordable
+        if problem is None:
+            kept[i] = e
+            problems.pop(i, None)
+        else:
+            problems[i] = f"shard {out / e['file']} {problem}"
+    for why in problems.values():
+        print(f"trajectories: {why}; collecting it again", file=sys.stderr)
+    manifest["shards"] = [kept[i] for i in sorted(kept)]
+    manifest["complete"] = False
+    if rerun:
+        manifest["rerun"] = rerun
+    write_json_atomic(mpath, manifest)  # before any rewrite: the manifest never lists a shard being redone
+    # every usable record is in the manifest now; dropping the rest means no stale record outlives a rewrite
+    shutil.rmtree(out / FINISHED, ignore_errors=True)
+    return manifest
+
+
+# ----------------------------------------------------------------------------- collect
+
+
 def collect(
     backbone_model,
     mask_id: int,
@@ -491,7 +572,9 @@ def collect(
     `hook(example, block)` is called inside the loop (tests use it to interrupt a run).
     Resumes a killed run, and repairs a damaged one: shards in the manifest are verified (size and
     sha256) and kept; missing, truncated or corrupted ones are collected again (same seeds, so the
-    same rows). rerun: the command that reruns this collection, quoted by later error messages."""
+    same rows). rerun: the command that reruns this collection, quoted by later error messages.
+    Under torchrun (distributed.current().world > 1) every rank calls this with the same arguments and
+    collects the shards i with i % world == rank (see the module docstring)."""
     if source not in SOURCES:
         raise ValueError(f"source {source!r}: choose one of {SOURCES}")
     if chain_steps < 1:
@@ -515,90 +598,182 @@ def collect(
         max_new_tokens=max_new_tokens if source == "self" else None,
         examples_sha256=hashlib.sha256(json.dumps(examples).encode()).hexdigest()[:16],
     )
-    mpath = out / "manifest.json"
-    if mpath.exists():
-        manifest = read_manifest(out)
-        _check_settings(manifest, settings, out)
-        keep = []
-        for e in manifest["shards"]:
-            problem = shard_problem(out, e, full=True)  # a resume reads every kept shard once: affordable
-            if problem is None:
-                keep.append(e)
-            else:
-                import sys
-
-                print(f"trajectories: shard {out / e['file']} {problem}; collecting it again", file=sys.stderr)
-        manifest["shards"] = keep
-        manifest["complete"] = False
-        if rerun:
-            manifest["rerun"] = rerun
-        write_json_atomic(mpath, manifest)  # before any rewrite: the manifest never lists a shard being redone
-    else:
-        manifest = {**settings, "shards": [], "complete": False, **({"rerun": rerun} if rerun else {})}
-        write_json_atomic(mpath, manifest)
     n_shards = -(-len(examples) // shard_size)
-    done = {e["index"] for e in manifest["shards"]}
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(examples), desc=f"trajectories {source}", unit="ex")
-        bar.update(sum(min(shard_size, len(examples) - i * shard_size) for i in done))
+    def make_shard(i: int) -> dict:
+        """Collect and write shard i; its manifest entry. Seeded by (seed, source, i) only, so a shard's
+        bytes do not depend on the world size or on which rank makes it."""
+        lo, hi = i * shard_size, min((i + 1) * shard_size, len(examples))
+        gen = torch.Generator().manual_seed(
+            int(hashlib.sha256(f"traj|{seed}|{source}|{i}".encode()).hexdigest()[:15], 16)
+        )
+        if source == "self":
+            rows = _self_rows(
+                backbone_model, mask_id, examples[lo:hi], lo, block_size, chain_steps, eos_ids, pad_id,
+                max_new_tokens, batch_size, hook,
+            )  # fmt: skip
+        else:
+            rows = _gt_rows(backbone_model, mask_id, examples[lo:hi], lo, source, block_size, chain_steps, gen, hook)
+        name = f"shard-{i:05d}.parquet"
+        _write_shard(rows, out / name)
+        st = (out / name).stat()
+        return dict(
+            index=i, file=name, rows=len(rows), examples=[lo, hi], bytes=st.st_size, sha256=_sha256_file(out / name)
+        )
+
+    def shard_len(i: int) -> int:
+        return min(shard_size, len(examples) - i * shard_size)
+
+    d = distributed.current()
     was_training = backbone_model.training
     backbone_model.eval()
+    bar = None
     try:
+        if d.active:
+            return _collect_ranks(d, out, settings, rerun, n_shards, make_shard, shard_len, progress, source)
+        manifest = _prepare(out, settings, rerun, n_shards)
+        done = {e["index"] for e in manifest["shards"]}
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(examples), desc=f"trajectories {source}", unit="ex")
+            bar.update(sum(shard_len(i) for i in done))
         for i in range(n_shards):
             if i in done:
                 continue
-            lo, hi = i * shard_size, min((i + 1) * shard_size, len(examples))
-            gen = torch.Generator().manual_seed(
-                int(hashlib.sha256(f"traj|{seed}|{source}|{i}".encode()).hexdigest()[:15], 16)
-            )
-            if source == "self":
-                rows = _self_rows(
-                    backbone_model,
-                    mask_id,
-                    examples[lo:hi],
-                    lo,
-                    block_size,
-                    chain_steps,
-                    eos_ids,
-                    pad_id,
-                    max_new_tokens,
-                    batch_size,
-                    hook,
-                )
-            else:
-                rows = _gt_rows(
-                    backbone_model, mask_id, examples[lo:hi], lo, source, block_size, chain_steps, gen, hook
-                )
-            name = f"shard-{i:05d}.parquet"
-            _write_shard(rows, out / name)
+            entry = make_shard(i)
             manifest["shards"] = sorted(
-                [e for e in manifest["shards"] if e["index"] != i]
-                + [
-                    dict(
-                        index=i,
-                        file=name,
-                        rows=len(rows),
-                        examples=[lo, hi],
-                        bytes=(out / name).stat().st_size,
-                        sha256=_sha256_file(out / name),
-                    )
-                ],
-                key=lambda e: e["index"],
+                [e for e in manifest["shards"] if e["index"] != i] + [entry], key=lambda e: e["index"]
             )
-            write_json_atomic(mpath, manifest)
+            write_json_atomic(out / "manifest.json", manifest)
             if bar is not None:
-                bar.update(hi - lo)
+                bar.update(shard_len(i))
     finally:
         backbone_model.train(was_training)
         if bar is not None:
             bar.close()
+    return _finish(out, manifest)
+
+
+def _finish(out: Path, manifest: dict) -> Path:
     manifest["complete"] = True
     manifest["n_rows"] = sum(e["rows"] for e in manifest["shards"])
-    write_json_atomic(mpath, manifest)
-    return mpath
+    return write_json_atomic(out / "manifest.json", manifest)
+
+
+# ----------------------------------------------------------------------------- collect under torchrun
+
+
+def _post(path: Path, obj: dict) -> None:
+    write_json_atomic(path, obj)
+
+
+def _await(path: Path) -> dict:
+    """Wait for a file another rank posts. Files, not collectives: a rank still collecting a long shard
+    must not trip the process group's timeout (NCCL's watchdog aborts after 10 minutes by default). A rank
+    that dies is not waited for forever: torchrun stops the other ranks when one fails."""
+    while True:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            time.sleep(SYNC_POLL_S)
+
+
+def _collect_ranks(d, out, settings, rerun, n_shards, make_shard, shard_len, progress, source) -> Path:
+    """Every rank collects its shards and records each in finished/<shard>.json (no two ranks write one
+    file); rank 0 alone writes manifest.json: at the start (what is kept), and once every rank has reported
+    and every shard verifies against its sha256, complete. Ranks meet through small files in a per-run
+    directory .sync-<token> of out (a shared filesystem across nodes, as the shards themselves need)."""
+    token = d.broadcast_object(uuid.uuid4().hex if d.is_main else None)
+    sync = out / f".sync-{token}"
+    key = _settings_key(settings)
+    if d.is_main:
+        for old in out.glob(".sync-*"):  # left by a killed run; no rank of this run has posted yet
+            if old != sync:
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            manifest = _prepare(out, settings, rerun, n_shards)
+        except Exception as e:
+            _post(sync / "plan.json", {"error": f"{type(e).__name__}: {e}"})
+            raise
+        _post(sync / "plan.json", {"done": [e["index"] for e in manifest["shards"]], "settings": settings})
+    plan = _await(sync / "plan.json")
+    if "error" in plan:
+        raise TrajectoryError(f"rank 0 could not start the collection in {out}: {plan['error']}")
+    mine = [i for i in d.shard(range(n_shards)) if i not in set(plan["done"])]
+    bar = None
+    if progress and d.is_main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sum(map(shard_len, mine)), desc=f"trajectories {source} (rank 0 of {d.world})", unit="ex")
+    error = None
+    try:
+        diff = sorted(k for k in settings if plan["settings"].get(k) != settings[k])
+        if diff:
+            raise TrajectoryError(
+                f"rank {d.rank} collects with other settings than rank 0 ({', '.join(diff)} differ): every rank "
+                "must load the same backbone, profile and examples"
+            )
+        for i in mine:
+            entry = make_shard(i)
+            write_json_atomic(out / FINISHED / f"{Path(entry['file']).stem}.json", {**entry, "settings_key": key})
+            if bar is not None:
+                bar.update(shard_len(i))
+    except Exception as e:  # reported, then re-raised once every rank has reported: the others finish theirs
+        error = e
+    finally:
+        if bar is not None:
+            bar.close()
+    _post(sync / f"rank-{d.rank}.json", {"error": None if error is None else f"{type(error).__name__}: {error}"})
+    reports = {r: _await(sync / f"rank-{r}.json")["error"] for r in range(d.world)}
+    if d.is_main:
+        result = {"error": None}
+        try:
+            _merge(out, n_shards, key, reports, rerun)
+        except Exception as e:
+            result = {"error": str(e)}
+            error = error or e
+        _post(sync / "result.json", result)
+    result = _await(sync / "result.json")
+    d.barrier()  # everyone has read result.json: the sync directory can go
+    if d.is_main:
+        shutil.rmtree(sync, ignore_errors=True)
+    if error is not None:
+        raise error
+    if result["error"]:
+        raise TrajectoryError(result["error"])
+    return out / "manifest.json"
+
+
+def _merge(out: Path, n_shards: int, key: str, reports: dict, rerun: str | None) -> None:
+    """Rank 0: the complete manifest from the kept shards and the ranks' records, or a TrajectoryError
+    (and the manifest stays unfinished) when a rank failed or a shard is missing or does not verify."""
+    again = f"rerun {rerun or DEFAULT_RERUN} (on any number of ranks) to collect only the shards still missing"
+    failed = {r: e for r, e in reports.items() if e}
+    if failed:
+        r, e = next(iter(failed.items()))
+        raise TrajectoryError(
+            f"rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed (rank {r}: {e}); the "
+            f"collection in {out} is unfinished, the shards that were finished are kept: {again}"
+        )
+    manifest = read_manifest(out)
+    entries = {e["index"]: e for e in manifest["shards"]}  # hashed by _prepare in this run: a stat suffices
+    problems = [f"shard {out / e['file']} {p}" for e in entries.values() if (p := shard_problem(out, e, False))]
+    for e in _finished_entries(out, key):
+        if e["index"] not in entries:
+            p = shard_problem(out, e, full=True)
+            if p is None:
+                entries[e["index"]] = e
+            else:
+                problems.append(f"shard {out / e['file']} {p}")
+    missing = [i for i in range(n_shards) if i not in entries]
+    if missing:
+        problems.append(f"shards {missing} have no record of being finished")
+    if problems:
+        raise TrajectoryError(f"{out}: not marked complete: {'; '.join(problems)}: {again}")
+    manifest["shards"] = [entries[i] for i in range(n_shards)]
+    _finish(out, manifest)
+    shutil.rmtree(out / FINISHED, ignore_errors=True)
 
 
 def load_trajectories(out_dir: str | os.PathLike, verify: bool = True, expect: dict | None = None):
