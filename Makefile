@@ -1,12 +1,14 @@
 # mrp-repro: the two commands are `make reproduce` and `make test`.
 #   make reproduce PROFILE=tiny      # default; CPU, 2 cores
 #   make test PYTEST_ARGS="-m 'not slow' -x"
+#   make reproduce PROFILE=tiny NPROC=2  # heavy stages (trajectories, head, decoding grids) on 2 torchrun ranks
 # Profiles: configs/<name>.yaml (smoke, tiny, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
 #   make reproduce PROFILE=sdar-mini  # the SDAR path on CPU: a generated toy SDAR checkpoint + released-format head
 #                                     # (python -m mrp_repro.sdar_mini --out DIR writes them; the first stage does it)
 
 PYTHON ?= python3
 PROFILE ?= tiny
+NPROC ?= 1
 PYTEST_ARGS ?=
 VENV := .venv
 VPY := $(VENV)/bin/python
@@ -20,6 +22,7 @@ help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
 	@echo "make test        setup, then pytest (PYTEST_ARGS=... passes through)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
+	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
 	@echo "make lab         setup, then JupyterLab on notebooks/"
 	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
 
@@ -42,7 +45,7 @@ test: setup
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 reproduce: setup
-	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE)
+	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

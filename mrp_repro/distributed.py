@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,12 @@ __all__ = ["Dist", "init", "current", "launch", "RankFailed", "ERROR_FILE_ENV"]
 
 #: where a failing rank writes its traceback (set by `launch`, read back to name the rank)
 ERROR_FILE_ENV = "MRP_REPRO_RANK_ERRORS"
+
+
+#: errors a rank raises because another rank died (not a cause of their own)
+_SECONDARY = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crash|NCCL communicator was aborted"
+)
 
 
 class RankFailed(UserError, RuntimeError):
@@ -132,41 +139,68 @@ def _rank_logs(log_dir: Path) -> dict[int, Path]:
     return out
 
 
+def _run_showing_stderr(cmd: list[str], env: dict, timeout_s: float | None) -> tuple[int, str]:
+    """Run cmd, passing its stderr through as it comes (rank 0's progress bars) and keeping a copy."""
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+    kept = bytearray()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        for chunk in iter(lambda: proc.stderr.read1(1 << 14), b""):
+            out = getattr(sys.stderr, "buffer", None)  # a notebook's stderr takes text only
+            out.write(chunk) if out is not None else sys.stderr.write(chunk.decode(errors="replace"))
+            sys.stderr.flush()
+            kept += chunk
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(cmd, timeout_s)
+        proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc.returncode, kept.decode(errors="replace")
+
+
 def launch(module: str, args: Sequence[str], nproc: int, log_dir: str | os.PathLike, timeout_s: float | None = None,
            extra_env: dict | None = None) -> None:  # fmt: skip
-    """Run `python -m module *args` on `nproc` local ranks through torchrun (standalone rendezvous).
+    """Run `python -m module *args` (or the script `module`, a .py path) on `nproc` local ranks through torchrun
+    (standalone rendezvous).
 
     Each rank's stdout and stderr go to a log under `log_dir` (torchrun --redirects 3 --log-dir); rank 0's
-    are also shown. A failed launch raises RankFailed naming the first rank that failed, its exit status,
+    are also shown. A failed launch raises RankFailed naming the first rank that failed (the first error
+    written: the others fail after it), its exit status,
     its error's last line and its log; a rank that is killed (no error of its own) is named from
     torchrun's summary. No retries: the stages resume from what finished ranks wrote."""
     if nproc < 1:
         raise ValueError(f"nproc={nproc}: need at least 1 process")
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = log_dir / time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=log_dir))
     errors = run_dir / "errors"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           f"--log-dir={run_dir}", "--redirects=3", "--tee=0:3", "--max-restarts=0", "-m", module, *args]  # fmt: skip
+           f"--log-dir={run_dir}", "--redirects=3", "--tee=0:3", "--max-restarts=0",
+           *([module] if module.endswith(".py") else ["-m", module]), *args]  # fmt: skip
     env = {**os.environ, ERROR_FILE_ENV: str(errors), **(extra_env or {})}
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-    proc = subprocess.run(cmd, env=env, stderr=subprocess.PIPE, text=True, timeout=timeout_s)
-    if proc.returncode == 0:
+    returncode, summary = _run_showing_stderr(cmd, env, timeout_s)
+    if returncode == 0:
         return
     logs = _rank_logs(run_dir)
-    failed = sorted(int(p.stem.split("-")[1]) for p in errors.glob("rank-*.txt")) if errors.exists() else []
-    summary = proc.stderr or ""
-    if failed:
-        rank = failed[0]
-        first = (errors / f"rank-{rank}.txt").read_text().splitlines()[0]
-    else:  # killed without a Python error (a signal, OOM): torchrun's "Root Cause" names the rank
-        m = re.search(r"Root Cause.*?rank\s*:\s*(\d+)", summary, re.S)
+    # The cause is the earliest error that is not a peer's death seen through the process group (gloo:
+    # "Connection closed by peer"); a rank killed without a Python error is named by torchrun's "Root Cause".
+    errs = sorted(errors.glob("rank-*.txt"), key=lambda p: (p.stat().st_mtime_ns, p.name)) if errors.exists() else []
+    own = [p for p in errs if not _SECONDARY.search(p.read_text())]
+    m = re.search(r"Root Cause.*?rank\s*:\s*(\d+)", summary, re.S)
+    if own or (errs and not m):
+        cause = (own or errs)[0]
+        rank, first = int(cause.stem.split("-")[1]), cause.read_text().splitlines()[0]
+    else:
         rank = int(m.group(1)) if m else -1
         code = re.search(r"exitcode\s*:\s*(-?\d+)", summary[m.start() :] if m else summary)
-        first = f"exit status {code.group(1)}" if code else f"torchrun exit status {proc.returncode}"
+        first = f"exit status {code.group(1)}" if code else f"torchrun exit status {returncode}"
     log = logs.get(rank, run_dir)
+    what = " ".join(([module] if module.endswith(".py") else ["python -m", module]) + list(args))
     raise RankFailed(
-        f"rank {rank} of {nproc} failed in `python -m {module} {' '.join(args)}`: {first}; its log: {log} "
+        f"rank {rank} of {nproc} failed in `{what}`: {first}; its log: {log} "
         f"(every rank's log is under {run_dir}); nothing was merged from a partial set: rerun the same command "
         "to resume (finished shards and checkpoints are kept)"
     )

@@ -3,6 +3,7 @@
     python -m mrp_repro.reproduce --profile tiny        # what `make reproduce` runs
     python -m mrp_repro.reproduce --profile smoke --only 00 01
     python -m mrp_repro.reproduce --profile nosuch --debug   # a user error with its traceback
+    python -m mrp_repro.reproduce --profile tiny --nproc 2   # `make reproduce NPROC=2`: heavy stages on 2 ranks
 
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
 `mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
@@ -10,6 +11,11 @@ writing the executed copies to runs/<profile>/notebooks/. Stops at the first
 notebook that fails, naming it, the failing cell (index and source) and its
 executed copy. Stages whose cached artifacts are valid (runs/<profile>/<stage>-<hash>/,
 results-<profile hash>/) are reused, so a re-run only recomputes what changed.
+
+With --nproc N > 1 the heavy stages run first, through torchrun on N local ranks (mrp_repro.distributed):
+the backbone (one process), the trajectories of every trajectories.sources entry (sharded), the head (DDP; not
+with mrp.pretrained) and the decoding grids (report.grids, sharded). The notebooks then run as always, in one
+process, and read what those stages wrote. With N = 1 nothing changes.
 """
 
 from __future__ import annotations
@@ -52,11 +58,37 @@ def failure_message(nb: Path, out: Path, e: BaseException, seconds: float) -> st
     return msg
 
 
+def heavy_stages(profile, param: str, nproc: int) -> None:
+    """The stages that scale out, launched on `nproc` ranks before the notebooks (see the module docstring)."""
+    import subprocess
+
+    from mrp_repro import distributed
+
+    t0 = time.perf_counter()
+    logs = runs_root() / profile.name / "logs"
+    print("[stages] backbone (one process)", flush=True)
+    cmd = [sys.executable, "-m", "mrp_repro.stages", "backbone", "--profile", param]
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+        from mrp_repro.errors import UserError
+
+        raise UserError(f"the backbone stage failed (its error is above); rerun `{' '.join(cmd[1:])}` to see it alone")
+    launches = [("mrp_repro.stages", ["trajectories", "--profile", param, "--source", s], "trajectories")
+                for s in profile.trajectories.sources]  # fmt: skip
+    if not profile.mrp.pretrained:
+        launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))
+    launches.append(("mrp_repro.report.grids", ["--profile", param], "grids"))
+    for module, args, what in launches:
+        print(f"[stages] {what} on {nproc} ranks: python -m {module} {' '.join(args)}", flush=True)
+        distributed.launch(module, args, nproc, logs / what)
+    print(f"[stages] done in {time.perf_counter() - t0:.0f}s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="tiny", help="profile name (configs/<name>.yaml) or a YAML path")
     ap.add_argument("--only", nargs="*", help="run only these notebooks (number prefix or stem)")
     ap.add_argument("--kernel", default=KERNEL, help="Jupyter kernel name (default: %(default)s)")
+    ap.add_argument("--nproc", type=int, default=1, help="ranks for the heavy stages (torchrun); 1: in the notebooks")
     args = ap.parse_args(argv)
 
     profile = load_profile(args.profile)  # fail fast on a bad profile, as one line (run_cli)
@@ -72,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import papermill as pm
 
+    if args.nproc > 1:
+        heavy_stages(profile, param, args.nproc)
     print(f"profile {profile.name} ({profile.hash}): {len(nbs)} notebooks -> {out_dir}")
     for nb in nbs:
         out = out_dir / nb.name

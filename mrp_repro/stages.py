@@ -18,6 +18,8 @@ Command line (each stage also builds the ones it needs; `--debug` shows a user e
     .venv/bin/python -m mrp_repro.stages backbone --profile tiny
     .venv/bin/python -m mrp_repro.stages trajectories --profile tiny [--source self]
     .venv/bin/python -m mrp_repro.stages head --profile tiny [--allow-backbone-mismatch]
+    .venv/bin/python -m mrp_repro.stages head --profile tiny --nproc 2     # torchrun, 2 ranks (DDP head training)
+    torchrun --standalone --nproc-per-node 8 -m mrp_repro.stages trajectories --profile sdar-4b   # sharded
 
 Benchmark profiles collect trajectories from benchmark-train prompts (GSM8K train, MBPP task ids 601-974)
 formatted with the chat template; a profile path starting with runs/ (model.local_dir, mrp.pretrained) is a
@@ -27,12 +29,14 @@ generated artifact under $MRP_REPRO_RUNS, written when missing (mrp_repro.sdar_m
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 from mrp_repro import checkpoint as ckpt_io
+from mrp_repro import distributed
 from mrp_repro.backbone import Backbone, special_ids
 from mrp_repro.config import Profile, repo_root
 from mrp_repro.errors import UserError
@@ -50,6 +54,7 @@ __all__ = [
     "BackboneNotTrained",
     "backbone_dir",
     "backbone",
+    "shared_backbone",
     "random_backbone",
     "training_problems",
     "training_examples",
@@ -129,6 +134,24 @@ def backbone(
     for p in model.parameters():
         p.requires_grad_(False)
     return Backbone(model, tok, mask_id, eos, pad, profile.block_size, Path(path), profile)
+
+
+def shared_backbone(profile: Profile, progress: bool = True) -> Backbone:
+    """backbone(profile) on every rank of a torchrun launch (distributed.init first): rank 0 loads it first (a
+    generated sdar-mini checkpoint is written then, once), the others after a barrier. A scratch backbone is
+    never trained under torchrun (one process trains it: ranks would wait at a barrier for minutes); the error
+    names the command. Outside torchrun: backbone(profile)."""
+    d = distributed.current()
+    if not d.active:
+        return backbone(profile, progress=progress)
+    if profile.model.source == "scratch" and not (backbone_dir(profile) / "done.json").exists():
+        raise BackboneNotTrained(
+            f"no trained backbone at {backbone_dir(profile)}, and torchrun ranks do not train one; run "
+            f"{BACKBONE_COMMAND.format(name=profile.name)} first (make reproduce NPROC=N does)"
+        )
+    bb = backbone(profile, progress=progress) if d.is_main else None
+    d.barrier()
+    return bb if bb is not None else backbone(profile, progress=False)
 
 
 def random_backbone(profile: Profile, std: float = 0.02, seed: int = 0, device=None) -> Backbone:
@@ -330,6 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--source", default=None, help="trajectories: the source (default: mrp.train_source)")
     ap.add_argument("--threads", type=int, default=None, help="backbone: override backbone_training.num_threads")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--nproc", type=int, default=1, help="trajectories, head: launch this many local ranks (torchrun)")
     ap.add_argument(
         "--allow-backbone-mismatch",
         action="store_true",
@@ -338,6 +362,16 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     profile = load_profile(args.profile)
     progress = not args.no_progress
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: launch it
+        if args.stage == "backbone":
+            raise UserError("the backbone stage runs in one process (--nproc 1); trajectories and head scale out")
+        from mrp_repro.runtime import runs_root
+
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--nproc")]
+        rest = [a for i, a in enumerate(rest) if not (i and rest[i - 1] == "--nproc")]  # drop "--nproc N" too
+        distributed.launch("mrp_repro.stages", rest, args.nproc, runs_root() / profile.name / "logs" / args.stage)
+        return
+    d = distributed.init()
     if args.stage == "backbone" and profile.model.source == "scratch":
         from mrp_repro.training.backbone import train_backbone
 
@@ -345,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"out_dir": str(out), **train_backbone(profile, out, progress, num_threads=args.threads)}))
         return
     set_num_threads(profile.backbone_training.num_threads)
-    bb = backbone(profile, progress=progress)
+    bb = shared_backbone(profile, progress=progress)
     if args.stage == "backbone":
         print(bb.path)
     elif args.stage == "trajectories":
@@ -356,8 +390,9 @@ def main(argv: list[str] | None = None) -> None:
                           "num_layers": info.num_layers, "backbone_fingerprint": info.fingerprint}))  # fmt: skip
     else:
         out = train_head(profile, bb, progress, args.allow_backbone_mismatch)
-        print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))
-        print(out)
+        if d.is_main:
+            print(json.dumps(json.loads((out / "metrics.json").read_text()), indent=2))
+            print(out)
 
 
 if __name__ == "__main__":

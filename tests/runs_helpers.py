@@ -45,7 +45,8 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
                 "drafted": rounds * (0 if math.isnan(K) else int(K)), "accepted": rounds * accept,
                 "revoked": 1 if mode == "remask" else 0,
                 "accept_lengths": " ".join([str(accept)] * rounds) if mode == "speculative" else "",
-                "wall_s": tokens * wall_per_tok * (1 + 0.05 * rng.random()), "identical_to_static": identical,
+                "wall_s": tokens * wall_per_tok * (1 + 0.05 * rng.random()), "wall_rank": 0,
+                "identical_to_static": identical,
             })  # fmt: skip
 
     for b in benchmarks:

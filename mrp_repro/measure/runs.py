@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from mrp_repro import distributed
 from mrp_repro.decoding import (
     DRAFTERS,
     REMASK_RULES,
@@ -37,8 +38,8 @@ from mrp_repro.decoding import (
 from mrp_repro.measure.schema import MODES, RUN_COLUMNS
 from mrp_repro.tasks import synthetic
 
-__all__ = ["PROFILE_MODEL", "model_for_profile", "score_problem", "eval_problems", "settings_for", "run_setting",
-           "collect_runs", "decode_events"]  # fmt: skip
+__all__ = ["PROFILE_MODEL", "model_for_profile", "score_problem", "eval_problems", "settings_for", "batch_order",
+           "run_setting", "collect_runs", "decode_events"]  # fmt: skip
 
 #: profile name -> model name as the paper writes it (other profiles: the profile name, e.g. "tiny")
 PROFILE_MODEL = {"sdar-1.7b": "SDAR-1.7B", "sdar-4b": "SDAR-4B", "sdar-8b": "SDAR-8B"}
@@ -121,6 +122,13 @@ def _setting_columns(mode: str, pol: Policy) -> dict:
     }
 
 
+def batch_order(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """The batches run_setting decodes: prompt indices sorted by (length, index), cut every batch_size.
+    measure.sharded hands out exactly these batches, so a sharded grid decodes the same rows together."""
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_size: int, max_new_tokens: int,
                 model: str, progress: bool = False) -> pd.DataFrame:  # fmt: skip
     """Decode every problem with `policy`; one runs record per problem, in the input order (identical_to_static
@@ -133,13 +141,13 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
     prompts = encode_prompts(backbone, problems)
-    order = sorted(range(len(problems)), key=lambda i: (len(prompts[i]), i))
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = batch_order(prompts, batch_size)
     if progress:
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc=policy.name, leave=False, dynamic_ncols=True)
     setting = _setting_columns(mode, policy)
+    rank = distributed.current().rank
     rows: dict[int, dict] = {}
     for idx in batches:
         t0 = time.perf_counter()
@@ -156,7 +164,7 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
                 "denoise_forwards": s.denoise_forwards, "commit_forwards": s.commit_forwards,
                 "mrp_forwards": s.mrp_forwards, "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
                 "revoked": s.revoked, "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall,
-                "identical_to_static": False,
+                "wall_rank": rank, "identical_to_static": False,
             }  # fmt: skip
     return pd.DataFrame([rows[i] for i in range(len(problems))], columns=list(RUN_COLUMNS))
 

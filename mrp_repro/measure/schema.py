@@ -46,6 +46,8 @@ RUN_COLUMNS: dict[str, str] = {
     "revoked": "remasking: revealed tokens revoked",
     "accept_lengths": "speculative: drafts accepted per round, space-separated (a string: survives CSV)",
     "wall_s": "the batch's wall seconds split evenly over its rows",
+    "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
+    "within a rank only: every setting of one prompt is decoded on the same rank (measure.sharded)",
     "identical_to_static": "tokens identical to static(1)'s output on the same prompt (bool)",
 }
 

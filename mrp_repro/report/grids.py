@@ -1,0 +1,122 @@
+"""The notebooks' decoding grids, defined once: what each runs frame holds, cached, and their torchrun stage.
+
+    .venv/bin/python -m mrp_repro.report.grids --profile tiny                        # every grid, one process
+    .venv/bin/python -m mrp_repro.report.grids --profile tiny --nproc 2              # through torchrun, 2 ranks
+    torchrun --standalone --nproc-per-node 8 -m mrp_repro.report.grids --profile sdar-4b   # by hand (one node)
+
+    from mrp_repro.report import grids
+    runs = grids.runs(P, bb, head, "modes_runs")   # what 05-07 read: the cached file, else collected now
+
+GRIDS: backbone_runs (01: static + dynamic(tau), no head), speculative_runs (05: static + speculative at batch 1,
+LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size). Each is stored as
+report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame of another spec
+(a notebook parameter changed) is recollected. In one process the grid is measure.runs.collect_runs; under
+torchrun (world > 1) it is measure.sharded.collect_runs_sharded, whose merged file equals collect_runs' but for
+the wall-clock columns, so the single-process notebooks then read what the ranks wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from mrp_repro import distributed
+from mrp_repro.measure.runs import collect_runs, settings_for
+from mrp_repro.measure.sharded import collect_runs_sharded
+from mrp_repro.report import paper
+
+__all__ = ["GRIDS", "LATENCY_PROMPTS", "grid_spec", "runs", "main"]
+
+#: prompts per benchmark decoded one at a time for the lossless speedup (05's n_latency default)
+LATENCY_PROMPTS = 64
+
+GRIDS = ("backbone_runs", "speculative_runs", "modes_runs")
+
+
+def grid_spec(profile, head, name: str, n_prompts: int | None = None) -> dict:
+    """collect_runs' arguments of grid `name` (settings as (mode, policy) pairs); n_prompts overrides the grid's."""
+    ev = profile.evaluation
+    if name == "backbone_runs":
+        return dict(n_prompts=n_prompts, settings=settings_for(profile, None, ("static", "dynamic")), batch_size=None)
+    if name == "speculative_runs":
+        n = min(n_prompts or LATENCY_PROMPTS, ev.n_prompts or n_prompts or LATENCY_PROMPTS)
+        return dict(n_prompts=n, settings=settings_for(profile, head, ("static", "speculative")), batch_size=1)
+    if name == "modes_runs":
+        return dict(n_prompts=n_prompts, settings=settings_for(profile, head), batch_size=None)
+    raise ValueError(f"unknown grid {name!r}; valid: {', '.join(GRIDS)}")
+
+
+def _spec_record(spec: dict) -> dict:
+    names = [p.name for _, p in spec["settings"]]
+    return dict(n_prompts=spec["n_prompts"], batch_size=spec["batch_size"], settings=names)
+
+
+def _spec_path(profile, name: str) -> Path:
+    return paper.result_path(profile, name).with_suffix(".json")
+
+
+def _stored(profile, name: str, spec: dict) -> bool:
+    side = _spec_path(profile, name)
+    return (
+        paper.result_path(profile, name).exists()
+        and side.exists()
+        and json.loads(side.read_text()) == _spec_record(spec)
+    )
+
+
+def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progress: bool = False) -> pd.DataFrame:
+    """Grid `name`'s runs frame: the stored one when its spec matches, else collected (sharded under torchrun)
+    and stored. Under torchrun every rank must call it; every rank returns the merged frame."""
+    from mrp_repro.runtime import write_json_atomic
+
+    spec = grid_spec(profile, head, name, n_prompts)
+    if not _stored(profile, name, spec):
+        d = distributed.current()
+        if d.active:
+            shard_dir = paper.results_dir(profile) / f"{name}.shards"
+            rerun = f"python -m mrp_repro.report.grids --profile {profile.name} --grid {name}"
+            out = paper.result_path(profile, name)
+            collect_runs_sharded(profile, backbone, head, shard_dir, out, progress=progress, rerun=rerun, **spec)
+        else:
+            paper.save_result(profile, name, collect_runs(profile, backbone, head, progress=progress, **spec))
+        if d.is_main:
+            write_json_atomic(_spec_path(profile, name), _spec_record(spec))
+        d.barrier()
+    return paper.load_result(profile, name)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--grid", nargs="*", choices=GRIDS, default=None, help="default: every grid")
+    ap.add_argument("--nproc", type=int, default=1, help="launch this many local ranks through torchrun")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    from mrp_repro import stages
+    from mrp_repro.config import load_profile
+    from mrp_repro.runtime import runs_root, seed_everything
+
+    profile = load_profile(a.profile)
+    names = a.grid or list(GRIDS)
+    if a.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: launch it
+        args = ["--profile", a.profile, "--grid", *names] + (["--no-progress"] if a.no_progress else [])
+        distributed.launch("mrp_repro.report.grids", args, a.nproc, runs_root() / profile.name / "logs" / "grids")
+        return
+    d = distributed.init()
+    seed_everything(profile.seed)
+    bb = stages.shared_backbone(profile, progress=not a.no_progress)
+    head = stages.head(profile, bb) if any(n != "backbone_runs" for n in names) else None
+    for name in names:
+        df = runs(profile, bb, head, name, progress=not a.no_progress)
+        if d.is_main:
+            print(f"{name}: {len(df)} rows -> {paper.result_path(profile, name)}", flush=True)
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)

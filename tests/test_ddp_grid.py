@@ -1,0 +1,95 @@
+"""Sharded evaluation under torchrun (gloo, 2 CPU ranks): merged == one process token for token, resume redoes
+only missing or corrupt shards, a dead rank fails the launch naming itself and its log and nothing is merged."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mrp_repro import distributed
+from mrp_repro.measure.runs import collect_runs
+from mrp_repro.measure.sharded import TIMING_COLUMNS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from ddp_grid_worker import grid_inputs  # noqa: E402
+
+WORKER = str(Path(__file__).with_name("ddp_grid_worker.py"))
+
+
+def _launch(tmp_path, nproc=2, *extra):
+    distributed.launch(WORKER, [str(tmp_path / "shards"), str(tmp_path / "merged.csv"), *extra], nproc,
+                       tmp_path / "logs", timeout_s=240, extra_env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference_csv():
+    """collect_runs in this process, written as report.paper.save_result writes it."""
+    p, bb, head, settings, kw = grid_inputs()
+    buf = io.StringIO()
+    collect_runs(p, bb, head, settings=settings, **kw).to_csv(buf, index=False)
+    return buf.getvalue()
+
+
+def _cells(text: str) -> pd.DataFrame:
+    df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    return df.drop(columns=list(TIMING_COLUMNS))
+
+
+def _shard_mtimes(d: Path) -> dict:
+    return {f.name: f.stat().st_mtime_ns for f in sorted(d.glob("*.csv"))}
+
+
+def test_two_ranks_merge_to_the_single_process_frame_and_resume_redoes_only_bad_shards(tmp_path, reference_csv):
+    _launch(tmp_path)
+    merged = (tmp_path / "merged.csv").read_text()
+    pd.testing.assert_frame_equal(_cells(merged), _cells(reference_csv))  # every cell but the wall clock
+    runs = pd.read_csv(tmp_path / "merged.csv")
+    assert set(runs["mode"]) == {"static", "speculative", "remask"}
+    assert runs.loc[runs["mode"] == "speculative", "identical_to_static"].all()  # lossless, on both ranks
+    assert set(runs["wall_rank"]) == {0, 1}
+    # every setting of a prompt on one rank: wall times compare within a rank
+    assert (runs.groupby(["benchmark", "prompt_index"])["wall_rank"].nunique() == 1).all()
+    # tables from the merged frame equal the single-process ones (accuracy, TPF, identity)
+    from mrp_repro.measure.stats import summarize
+
+    cols = ["accuracy", "tpf", "lossless"]
+    ref = summarize(pd.read_csv(io.StringIO(reference_csv)))
+    pd.testing.assert_frame_equal(summarize(runs)[cols], ref[cols])
+
+    shards = tmp_path / "shards"
+    files = sorted(shards.glob("*.csv"))
+    assert len(files) == 6  # 2 benchmarks x 3 batches of <= 2 prompts
+    files[0].unlink()
+    files[3].write_text(files[3].read_text().replace("True", "False", 1))  # corrupt: the sha256 no longer matches
+    (tmp_path / "merged.csv").unlink()
+    before = _shard_mtimes(shards)
+    _launch(tmp_path)
+    after = _shard_mtimes(shards)
+    redone = {n for n in after if before.get(n) != after[n]}
+    assert redone == {files[0].name, files[3].name}, redone
+    assert (tmp_path / "merged.csv").read_text() != "" and _cells((tmp_path / "merged.csv").read_text()).equals(
+        _cells(reference_csv)
+    )
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["error", "killed"])
+def test_a_dead_rank_fails_the_launch_naming_it_and_nothing_is_merged(tmp_path, reference_csv, hard):
+    extra = ["--die-rank", "1", "--die-after", "1"] + (["--hard"] if hard else [])
+    with pytest.raises(distributed.RankFailed) as e:
+        _launch(tmp_path, 2, *extra)
+    msg = str(e.value)
+    assert "rank 1 of 2 failed" in msg, msg
+    assert ("injected failure on rank 1" in msg) if not hard else ("exit status" in msg), msg
+    log = Path(msg.split("its log: ")[1].split(" ")[0])
+    assert log.exists() and log.parent.name == "1", log
+    assert not (tmp_path / "merged.csv").exists()
+    done = _shard_mtimes(tmp_path / "shards")
+    assert 1 <= len(done) < 6
+    _launch(tmp_path)  # the advice: rerun the same command; it resumes
+    after = _shard_mtimes(tmp_path / "shards")
+    assert all(after[n] == t for n, t in done.items())  # no finished shard redone
+    assert _cells((tmp_path / "merged.csv").read_text()).equals(_cells(reference_csv))
