@@ -92,7 +92,6 @@ def ddp_loss(head: nn.Module, loss_fn, d, device: torch.device):
     ddp = nn.parallel.DistributedDataParallel(
         mod,
         device_ids=[device.index] if device.type == "cuda" else None,
-        find_unused_parameters=False,
-        broadcast_buffers=False,  # the head has no buffers that training changes
+        find_unused_parameters=False,  # every rank's loss reaches every head parameter (touch)
     )
     return ddp, ddp.no_sync
