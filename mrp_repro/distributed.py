@@ -17,6 +17,7 @@ the rank, its exit status and its log.
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import subprocess
@@ -32,7 +33,7 @@ import torch.distributed as dist
 
 from mrp_repro.errors import UserError
 
-__all__ = ["Dist", "init", "current", "launch", "RankFailed", "ERROR_FILE_ENV"]
+__all__ = ["Dist", "init", "current", "launch", "without_nproc", "RankFailed", "ERROR_FILE_ENV"]
 
 #: where a failing rank writes its traceback (set by `launch`, read back to name the rank)
 ERROR_FILE_ENV = "MRP_REPRO_RANK_ERRORS"
@@ -114,8 +115,17 @@ def init() -> Dist:
     if use_cuda:
         torch.cuda.set_device(local)
         os.environ.setdefault("MRP_REPRO_DEVICE", f"cuda:{local}")
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    # Ranks wait at barriers for the slowest rank's shards (hours on an SDAR grid), far past the defaults
+    # (NCCL 10 min, gloo 30 min): the timeout is $MRP_REPRO_DIST_TIMEOUT_S, default 24 h.
+    timeout = datetime.timedelta(seconds=float(os.environ.get("MRP_REPRO_DIST_TIMEOUT_S", 24 * 3600)))
+    dist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout)
     return current()
+
+
+def without_nproc(argv: Sequence[str]) -> list[str]:
+    """argv without "--nproc N" / "--nproc=N": what a self-launching CLI passes on to its ranks."""
+    argv = list(argv)
+    return [a for i, a in enumerate(argv) if not (a.startswith("--nproc") or (i and argv[i - 1] == "--nproc"))]
 
 
 def record_failure(exc: BaseException) -> None:

@@ -128,8 +128,12 @@ def backbone(
         path = ckpt_io.resolve_checkpoint_dir(name, profile.model.revision)
         tok = load_tokenizer(profile.tokenizer.hub_id or str(path))
     mask_id, eos, pad = special_ids(tok)
-    if dev.type == "cpu" and profile.evaluation.num_threads:
-        set_num_threads(profile.evaluation.num_threads)  # training set its own count; decoding wants this one
+    if dev.type == "cpu":
+        n = profile.evaluation.num_threads  # training set its own count; decoding wants this one
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # torchrun: ranks share this machine's cores
+        if ranks_here > 1:
+            n = min(n or os.cpu_count() or 1, max(1, (os.cpu_count() or 1) // ranks_here))
+        set_num_threads(n)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
@@ -367,8 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError("the backbone stage runs in one process (--nproc 1); trajectories and head scale out")
         from mrp_repro.runtime import runs_root
 
-        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--nproc")]
-        rest = [a for i, a in enumerate(rest) if not (i and rest[i - 1] == "--nproc")]  # drop "--nproc N" too
+        rest = distributed.without_nproc(argv if argv is not None else sys.argv[1:])
         distributed.launch("mrp_repro.stages", rest, args.nproc, runs_root() / profile.name / "logs" / args.stage)
         return
     d = distributed.init()

@@ -93,3 +93,8 @@ def test_a_dead_rank_fails_the_launch_naming_it_and_nothing_is_merged(tmp_path, 
     after = _shard_mtimes(tmp_path / "shards")
     assert all(after[n] == t for n, t in done.items())  # no finished shard redone
     assert _cells((tmp_path / "merged.csv").read_text()).equals(_cells(reference_csv))
+
+
+def test_without_nproc_drops_both_spellings():
+    argv = ["head", "--profile", "smoke", "--nproc", "2", "--no-progress", "--nproc=3"]
+    assert distributed.without_nproc(argv) == ["head", "--profile", "smoke", "--no-progress"]

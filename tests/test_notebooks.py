@@ -97,6 +97,37 @@ def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
         assert p.exists() and p.stat().st_size > 0, f"{name} did not write {p}"
 
 
+def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_dirs):
+    """`make reproduce NPROC=2` on the smoke run above: the heavy stages reuse the backbone, trajectories and head,
+    collect every grid again on 2 torchrun ranks, and the merged files equal the notebooks' one-process ones but
+    for the wall-clock columns; a notebook run afterwards reads them without collecting again."""
+    import io
+
+    import pandas as pd
+    import papermill as pm
+
+    from mrp_repro.config import load_profile
+    from mrp_repro.measure.sharded import TIMING_COLUMNS
+    from mrp_repro.report import grids, paper, scaling
+    from mrp_repro.reproduce import heavy_stages
+
+    P = load_profile("smoke")
+    one = {g: paper.result_path(P, g).read_text() for g in grids.GRIDS}
+    scaling.clear_grids(P, grids.GRIDS)
+    heavy_stages(P, "smoke", 2)
+    for g in grids.GRIDS:
+        two = paper.result_path(P, g).read_text()
+        a, b = (pd.read_csv(io.StringIO(t), dtype=str, keep_default_na=False) for t in (one[g], two))
+        pd.testing.assert_frame_equal(a.drop(columns=list(TIMING_COLUMNS)), b.drop(columns=list(TIMING_COLUMNS)))
+        assert set(b["wall_rank"]) == {"0", "1"}, g
+    stamp = paper.result_path(P, "modes_runs").stat().st_mtime_ns
+    nb = ROOT / "notebooks" / "06_direct_lookahead.ipynb"
+    out = smoke_dirs / "runs" / "smoke" / "notebooks" / "06_after_nproc2.ipynb"
+    pm.execute_notebook(str(nb), str(out), parameters={"profile": "smoke"}, kernel_name=kernel, cwd=str(nb.parent),
+                        progress_bar=False)  # fmt: skip
+    assert paper.result_path(P, "modes_runs").stat().st_mtime_ns == stamp  # read, not collected again
+
+
 # ----------------------------------------------------------------------------- the SDAR path (sdar-mini)
 
 #: sdar-mini at its smallest: one prompt per benchmark (all four: extraction and the sandbox run), one block,
