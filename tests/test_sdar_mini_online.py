@@ -42,3 +42,22 @@ def test_online_training_on_sdar_mini_beats_the_uncorrected_baseline(mini_backbo
     ratio = m["heldout_kl"] / m["heldout_baseline_kl"]
     print(f"sdar-mini online, 40 steps: held-out KL {m['heldout_kl']:.5f} = {ratio:.4f}x KL(B || A)")
     assert ratio < FACTOR, m
+
+
+def test_a_checkpoint_from_another_generator_version_is_rewritten(mini_backbone, monkeypatch):
+    """A change to the generator (its weight scales, say) bumps GENERATOR_VERSION, so the stale runs/
+    checkpoint an earlier version wrote is regenerated instead of silently reused."""
+    import json
+
+    from mrp_repro import sdar_mini
+
+    _, bb, _ = mini_backbone
+    cfg = bb.path / "config.json"
+    assert json.loads(cfg.read_text())["generator_version"] == sdar_mini.GENERATOR_VERSION
+    calls = []
+    monkeypatch.setattr(sdar_mini, "write", lambda out: calls.append(out))
+    spec = "runs/sdar-mini/checkpoint/backbone"
+    assert sdar_mini.ensure(spec) == bb.path and calls == []  # current version: reused
+    monkeypatch.setattr(sdar_mini, "GENERATOR_VERSION", sdar_mini.GENERATOR_VERSION + 1)
+    sdar_mini.ensure(spec)
+    assert calls == [bb.path.parent]  # another version: both parts rewritten under the checkpoint dir
