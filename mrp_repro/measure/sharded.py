@@ -11,12 +11,13 @@ rows are decoded together as in one process and every output is the same, token 
 other setting of one prompt run on the same rank, so their wall times (and speedups) compare within a rank
 (`wall_rank` names it).
 
-Each shard is written to <shard_dir>/<benchmark>-<batch>.csv by a rename, then its sidecar .json (rows, sha256
-of the csv, the grid's key, rank, world, provenance) the same way. A shard is done when its sidecar's key matches
-and its csv hashes to the recorded sha256; a missing or corrupt one is redone on the next run, by whichever rank
-owns it then (any world size), and a finished one never is. After a barrier rank 0 checks every shard and merges
-them in collect_runs' order (benchmark, setting, prompt_index) as text, each CSV cell untouched, into `out_csv`
-(atomically): the file equals collect_runs' frame saved by report.paper.save_result but for wall_s and wall_rank.
+Each shard is written to <shard_dir>/<benchmark>-<batch>.csv by a rename, then its sidecar .json (rows, sha256 of
+the csv, the grid's key, rank, world, seconds to decode and score it, provenance) the same way. A shard is done when
+its sidecar's key matches and its csv hashes to the recorded sha256; a missing or corrupt one is redone on the next
+run, by whichever rank owns it then (any world size), and a finished one never is. After a barrier rank 0 checks
+every shard and merges them in collect_runs' order (benchmark, setting, prompt_index) as text, each CSV cell
+untouched, into `out_csv` (atomically): the file equals collect_runs' frame saved by report.paper.save_result but
+for wall_s and wall_rank.
 A rank that dies stops the launch (torchrun), so no merge runs on a partial set; the merge also refuses one.
 """
 
@@ -26,6 +27,7 @@ import hashlib
 import io
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -114,13 +116,14 @@ def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_toke
     return out
 
 
-def _write_shard(shard_dir: Path, shard: dict, df: pd.DataFrame, key: str, d: distributed.Dist, profile) -> None:
+def _write_shard(shard_dir: Path, shard: dict, df: pd.DataFrame, key: str, d: distributed.Dist, profile,
+                 seconds: float = float("nan")) -> None:  # fmt: skip
     csv_name, side_name = _names(shard)
     tmp = shard_dir / f".{csv_name}.{d.rank}.tmp"
     df.to_csv(tmp, index=False)
     os.replace(tmp, shard_dir / csv_name)
     meta = dict(key=key, rows=len(df), sha256=_sha256(shard_dir / csv_name), benchmark=shard["benchmark"],
-                batch=shard["batch"], prompt_indices=shard["indices"], rank=d.rank, world=d.world,
+                batch=shard["batch"], prompt_indices=shard["indices"], rank=d.rank, world=d.world, seconds=seconds,
                 provenance=provenance(profile))  # fmt: skip
     write_json_atomic(shard_dir / side_name, meta)
 
@@ -179,7 +182,9 @@ def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, 
         mine = tqdm(mine, desc=f"grid shards (rank {d.rank}/{d.world})", dynamic_ncols=True)
     model = model_for_profile(profile)
     for s in mine:
-        _write_shard(shard_dir, s, _decode_shard(backbone, s, settings, bs, max_new, model), key, d, profile)
+        t0 = time.perf_counter()
+        df = _decode_shard(backbone, s, settings, bs, max_new, model)
+        _write_shard(shard_dir, s, df, key, d, profile, seconds=time.perf_counter() - t0)
     d.barrier()
     if not d.is_main:
         d.barrier()  # rank 0 merges; the launch ends when every rank has returned

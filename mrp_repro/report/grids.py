@@ -10,8 +10,8 @@
 GRIDS: backbone_runs (01: static + dynamic(tau), no head), speculative_runs (05: static + speculative at batch 1,
 LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size). Each is stored as
 report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame of another spec
-(a notebook parameter changed) is recollected. In one process the grid is measure.runs.collect_runs; under
-torchrun (world > 1) it is measure.sharded.collect_runs_sharded, whose merged file equals collect_runs' but for
+(a notebook parameter changed) is recollected. In a plain process the grid is measure.runs.collect_runs; under
+torchrun (any world size) it is measure.sharded.collect_runs_sharded, whose merged file equals collect_runs' but for
 the wall-clock columns, so the single-process notebooks then read what the ranks wrote.
 """
 
@@ -76,7 +76,7 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
     spec = grid_spec(profile, head, name, n_prompts)
     if not _stored(profile, name, spec):
         d = distributed.current()
-        if d.active:
+        if d.active or "WORLD_SIZE" in os.environ:  # under torchrun, even with one rank: shards, resumable
             shard_dir = paper.results_dir(profile) / f"{name}.shards"
             rerun = f"python -m mrp_repro.report.grids --profile {profile.name} --grid {name}"
             out = paper.result_path(profile, name)
