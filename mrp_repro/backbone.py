@@ -42,9 +42,12 @@ class Backbone:
         self, prompts: list[list[int]], policy, max_new_tokens: int, model: SDARModel | None = None, **engine_options
     ):
         """decoding.generate with this backbone's block size and special ids (`model` swaps in another
-        model of the same tokenizer, e.g. a random init; `engine_options` go to decoding.generate as they are)."""
+        model of the same tokenizer, e.g. a random init; `engine_options` go to decoding.generate as they are;
+        fuse_commit defaults to the profile's decoding.fuse_commit)."""
         from mrp_repro.decoding import generate
 
+        if self.profile is not None:  # the profile's engine setting, unless the caller chose
+            engine_options.setdefault("fuse_commit", self.profile.decoding.fuse_commit)
         return generate(model or self.model, prompts, policy, self.block_size, self.mask_id, self.eos_ids,
                         max_new_tokens, pad_id=self.pad_id, **engine_options)  # fmt: skip
 

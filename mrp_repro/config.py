@@ -178,6 +178,12 @@ class DecodingConfig:
     remask_rules: tuple[RemaskRule, ...]
     remask_delta: float
     remask_logp_delta: float
+    # Ours (issue 14): write a finished block into the KV cache inside the next block's first forward, one
+    # forward less per block in every mode, static included (RowStats.fused_commits; upstream commits apart).
+    fuse_commit: bool = False
+    # torch.compile the backbone's and head's forwards (model.compile_model; CUDA graphs on CUDA); the first
+    # generate compiles (~1 min on CPU). Tokens equal eager (tests/test_compiled.py).
+    compile: bool = False
 
 
 @dataclass(frozen=True)

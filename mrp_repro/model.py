@@ -391,9 +391,10 @@ def compile_model(model: SDARModel, head: nn.Module | None = None, mode: str | N
     compiles for ~1 min. Not yet done: a static KV cache, without which CUDA graphs re-record per cache length."""
     if mode == "auto":
         mode = "reduce-overhead" if model.lm_head.weight.device.type == "cuda" else None
-    model.forward = torch.compile(model.forward, dynamic=True, mode=mode)
-    if head is not None:
-        head.forward = torch.compile(head.forward, dynamic=True, mode=mode)
+    for m in (model, head) if head is not None else (model,):
+        if not getattr(m.forward, "mrp_compiled", False):  # once: stages compile the backbone, then its head
+            m.forward = torch.compile(m.forward, dynamic=True, mode=mode)
+            m.forward.mrp_compiled = True
     return model
 
 

@@ -137,6 +137,10 @@ def backbone(
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    if profile.decoding.compile:
+        from mrp_repro.model import compile_model
+
+        compile_model(model)
     return Backbone(model, tok, mask_id, eos, pad, profile.block_size, Path(path), profile)
 
 
@@ -324,9 +328,14 @@ def head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_m
     fingerprints if it was released for another backbone), else the trained one (trained first if missing;
     refused if it was trained on another backbone unless allow_backbone_mismatch=True)."""
     if profile.mrp.pretrained:
-        return pretrained_head(profile, bb)[0]
-    out = train_head(profile, bb, progress, allow_backbone_mismatch)
-    return _load_head(bb, out, allow_backbone_mismatch)
+        h = pretrained_head(profile, bb)[0]
+    else:
+        h = _load_head(bb, train_head(profile, bb, progress, allow_backbone_mismatch), allow_backbone_mismatch)
+    if profile.decoding.compile:
+        from mrp_repro.model import compile_model
+
+        compile_model(bb.model, h)  # the backbone is compiled already (backbone()); this compiles the head
+    return h
 
 
 def pretrained_head(profile: Profile, bb: Backbone):

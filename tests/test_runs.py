@@ -149,3 +149,44 @@ def test_score_problem_uses_each_benchmarks_no_box_rule():
     mb = Problem("mbpp/0", "mbpp", "q", "assert f(1) == 2", entry_point="f")
     r = score_problem(mb, "```python\ndef f(x):\n    return x + 1\n```")
     assert r["correct"] and r["sandbox"] == "bwrap"
+
+
+def test_profile_fuse_commit_is_what_the_grid_decodes_with(rb):
+    """decoding.fuse_commit reaches the engine through Backbone.generate: fused commits are recorded, tokens equal."""
+    from dataclasses import replace
+
+    p = rb.profile
+    settings = settings_for(p, None, ("static", "speculative"))
+    plain = collect_runs(p, rb, None, 3, ["synth-math"], settings, batch_size=2, max_new_tokens=24)
+    fused_bb = replace(rb, profile=p.replace({"decoding.fuse_commit": True}))
+    fused = collect_runs(fused_bb.profile, fused_bb, None, 3, ["synth-math"], settings, batch_size=2,
+                         max_new_tokens=24)  # fmt: skip
+    assert (plain["fused_commits"] == 0).all() and (fused["fused_commits"] > 0).all()
+    assert (fused["fused_commits"] <= fused["commit_forwards"]).all()
+    assert list(fused["text"]) == list(plain["text"]) and fused["identical_to_static"].all()
+    assert list(fused["commit_forwards"]) == list(plain["commit_forwards"])  # upstream's accounting unchanged
+
+
+def test_profile_compile_is_read_by_the_stages(tmp_path, monkeypatch):
+    """decoding.compile: stages.head compiles the head's forward, and compile_model wraps each forward once
+    (equality with eager: tests/test_compiled.py)."""
+    from mrp_repro import model as model_mod
+    from mrp_repro.config import load_profile
+    from mrp_repro.mrp import MRPHead
+
+    calls = []
+
+    def fake_compile(f, **kw):
+        calls.append(kw)
+        return lambda *a, **k: f(*a, **k)  # a plain function, as torch.compile returns
+
+    monkeypatch.setattr(model_mod.torch, "compile", fake_compile)
+    P = load_profile("smoke", {"decoding.compile": True})
+    bb = random_backbone(P)
+    model_mod.compile_model(bb.model)  # what stages.backbone does for this profile
+    head = MRPHead(bb.model.config, 1, "residual")
+    monkeypatch.setattr(stages, "_load_head", lambda *a, **k: head)
+    monkeypatch.setattr(stages, "train_head", lambda *a, **k: tmp_path)
+    assert stages.head(P, bb) is head
+    assert len(calls) == 2 and bb.model.forward.mrp_compiled and head.forward.mrp_compiled
+    assert stages.head(P.replace({"decoding.compile": False}), bb) is head and len(calls) == 2

@@ -162,9 +162,10 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
                 "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),
                 "extracted": sc["extracted"], "sandbox": sc.get("sandbox", ""), "text": text, "tokens": s.tokens,
                 "denoise_forwards": s.denoise_forwards, "commit_forwards": s.commit_forwards,
-                "mrp_forwards": s.mrp_forwards, "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
-                "revoked": s.revoked, "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall,
-                "wall_rank": rank, "identical_to_static": False,
+                "fused_commits": s.fused_commits, "mrp_forwards": s.mrp_forwards, "rounds": s.rounds,
+                "drafted": s.drafted, "accepted": s.accepted, "revoked": s.revoked,
+                "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall, "wall_rank": rank,
+                "identical_to_static": False,
             }  # fmt: skip
     return pd.DataFrame([rows[i] for i in range(len(problems))], columns=list(RUN_COLUMNS))
 

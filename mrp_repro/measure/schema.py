@@ -38,7 +38,9 @@ RUN_COLUMNS: dict[str, str] = {
     "text": "the decoded output",
     "tokens": "generated tokens (cut at EOS)",
     "denoise_forwards": "backbone forwards inside the denoising loop (TPF's denominator)",
-    "commit_forwards": "backbone forwards that commit a finished block to the KV cache",
+    "commit_forwards": "backbone forwards that commit a finished block to the KV cache (upstream's accounting)",
+    "fused_commits": "commits of commit_forwards written inside a forward the row needed anyway "
+    "(decoding.fuse_commit; 0 otherwise): the forwards actually run are denoise + commit - fused",
     "mrp_forwards": "MRP head calls",
     "rounds": "speculative verify rounds",
     "drafted": "speculative draft tokens proposed",

@@ -74,7 +74,7 @@ RESULTS = {
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
-RESULTS_SCHEMA = "runs-v3"
+RESULTS_SCHEMA = "runs-v4"
 
 #: the modes of each table's slice of modes_runs (split_runs)
 RUN_SPLITS = {
