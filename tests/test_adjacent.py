@@ -42,3 +42,31 @@ def test_adjacent_step_similarity_sane(smoke_profile):
     # fewer pairs at larger distance (a block has L - k pairs (t, t + k))
     t = df[(df["model"] == "trained") & (df["subset"] == "all")].sort_values("distance")
     assert t["n_positions"].is_monotonic_decreasing
+
+
+def test_trajectory_stats_equals_the_per_pair_reference(smoke_profile):
+    """The shared-log-softmax loop gives what step_pair_stats per pair and subset gives (the old, 16x slower loop)."""
+    from mrp_repro.measure.adjacent import RecordingStatic, _trajectory_stats
+
+    bb = random_backbone(smoke_profile, std=0.5)
+    probs = eval_problems(smoke_profile, "synth-code", 3)
+    prompts = __import__("mrp_repro.backbone", fromlist=["encode_prompts"]).encode_prompts(bb, probs)
+    got = _trajectory_stats(bb.model, bb, prompts, 3, 0.99, 4, 16)
+    rec = RecordingStatic()
+    bb.generate(prompts, rec, 16)
+    ref: dict = {}
+    for steps in rec.blocks:
+        for t in range(len(steps)):
+            a, m_a = steps[t]
+            conf = torch.softmax(a, -1).amax(-1)
+            for k in range(1, 4):
+                if t + k >= len(steps):
+                    break
+                both = m_a & steps[t + k][1]
+                for subset, sel in (("all", both), ("conf<0.99", both & (conf < 0.99))):
+                    if sel.any():
+                        kl, agree = step_pair_stats(a, steps[t + k][0], sel)
+                        ref.setdefault((subset, k), []).append(torch.stack([kl, agree], 1))
+    assert sorted(got) == sorted(ref) and len(ref) >= 4
+    for key in ref:
+        torch.testing.assert_close(torch.cat(got[key]), torch.cat(ref[key]), rtol=1e-5, atol=1e-6)

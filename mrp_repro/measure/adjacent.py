@@ -58,36 +58,54 @@ class RecordingStatic(Static):
         self.blocks.append(steps)
 
 
-def step_pair_stats(a: torch.Tensor, b: torch.Tensor, select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """a, b (B, L, V) logits (-inf allowed where both are -inf); select (B, L) -> KL(A||B), top-1 agreement."""
-    la = F.log_softmax(a[select], -1)
-    lb = F.log_softmax(b[select], -1)
+def _pair_stats_logp(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """la, lb (N, V) log-probabilities -> KL(A||B) (N,), top-1 agreement (N,)."""
     pa = la.exp()
     diff = torch.where(pa > 0, la - lb, torch.zeros_like(la))
     kl = (pa * diff).sum(-1).clamp(min=0)
-    agree = (la.argmax(-1) == lb.argmax(-1)).float()
-    return kl, agree
+    return kl, (la.argmax(-1) == lb.argmax(-1)).float()
+
+
+def step_pair_stats(a: torch.Tensor, b: torch.Tensor, select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """a, b (B, L, V) logits (-inf allowed where both are -inf); select (B, L) -> KL(A||B), top-1 agreement."""
+    return _pair_stats_logp(F.log_softmax(a[select], -1), F.log_softmax(b[select], -1))
+
+
+def _step_terms(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per step, once: probabilities, log-probabilities with -inf (the mask column) as 0 (its probability is 0,
+    so it adds nothing to a KL), top-1. Shapes (B, L, V), (B, L, V), (B, L)."""
+    logp = F.log_softmax(logits, -1)
+    p = logp.exp()
+    return p, logp.nan_to_num_(neginf=0.0), logits.argmax(-1)
 
 
 def _trajectory_stats(model, backbone, prompts, max_distance, conf_below, batch_size, max_new_tokens):
     acc: dict[tuple[str, int], list[torch.Tensor]] = {}
+    low_name = f"conf<{conf_below}"
     for i in range(0, len(prompts), batch_size):
         rec = RecordingStatic()
         backbone.generate(prompts[i : i + batch_size], rec, max_new_tokens, model=model)
         for steps in rec.blocks:
+            # the vocabulary-wide terms once per step, reused by every pair and subset: at vocabulary 151,936
+            # they are the whole cost (step_pair_stats per pair and subset recomputed them 16 times per step)
+            terms = [_step_terms(a) for a, _ in steps]
             for t in range(len(steps)):
-                a, m_a = steps[t]
-                conf = torch.softmax(a, -1).amax(-1)
+                p_a, lp_a, top_a = terms[t]
+                m_a = steps[t][1]
+                low = p_a.amax(-1) < conf_below  # (B, L) confidence at step t
                 for k in range(1, max_distance + 1):
                     if t + k >= len(steps):
                         break
-                    b, m_b = steps[t + k]
-                    both = m_a & m_b
-                    for subset, sel in (("all", both), (f"conf<{conf_below}", both & (conf < conf_below))):
-                        if not sel.any():
-                            continue
-                        kl, agree = step_pair_stats(a, b, sel)
-                        acc.setdefault((subset, k), []).append(torch.stack([kl, agree], 1))
+                    _, lp_b, top_b = terms[t + k]
+                    both = m_a & steps[t + k][1]
+                    if not both.any():
+                        continue
+                    kl = (p_a[both] * (lp_a[both] - lp_b[both])).sum(-1).clamp(min=0)
+                    pair = torch.stack([kl, (top_a[both] == top_b[both]).float()], 1)
+                    acc.setdefault(("all", k), []).append(pair)
+                    if low[both].any():
+                        acc.setdefault((low_name, k), []).append(pair[low[both]])
+            del terms
     return acc
 
 

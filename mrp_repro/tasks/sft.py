@@ -6,6 +6,10 @@
     recs = load_sft_records("gsm8k", data_dir="../shared/data")  # GSM8K train: question -> answer
     samples = tokenize_records(recs, tokenizer, block_size=16, eos_id=151645)
     packed = pack(samples, seq_len=4096, block_size=16)       # PackedSequences: ids, doc, pos, answer (N, T)
+    # a million records: stream them into memory-mapped files (what training.online.load_packed does, once)
+    recs, fingerprint = open_sft_source("JunxiongWang/sftdatasetv3")
+    meta = pack_to_disk(iter_samples(recs, tokenizer, 16, 151645), 4096, 16, "runs/p/sft-packed-x")
+    packed, meta = open_packed("runs/p/sft-packed-x")
 
 Record fields (one of, checked in this order):
   messages       [{role, content}, ...]   (OpenAI / HF chat); the last turn must be the assistant's
@@ -25,16 +29,20 @@ is the profile's data.data_dir, else $MRP_REPRO_DATA, else the repository's ../s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mrp_repro.errors import UserError
 
-__all__ = ["SFTSourceError", "PackedSequences", "load_sft_records", "to_turns", "tokenize_records", "pack"]
+__all__ = ["SFTSourceError", "PackedSequences", "open_sft_source", "load_sft_records", "to_turns", "iter_samples",
+           "tokenize_records", "pack", "pack_to_disk", "open_packed"]  # fmt: skip
 
 DEFAULT_HUB_ID = "JunxiongWang/sftdatasetv3"
 _ROLE = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
@@ -72,23 +80,39 @@ def _is_hub_id(source: str) -> bool:
     return len(parts) == 2 and all(parts) and not source.startswith((".", "/", "~"))
 
 
-def load_sft_records(
+def _stat_fingerprint(files) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        st = Path(f).stat()
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def open_sft_source(
     source: str, split: str = "train", data_dir: str | os.PathLike | None = None, max_samples: int | None = None
-) -> list[dict]:
-    """The records of `source` (see the module docstring), at most max_samples of them, in file order."""
+) -> tuple[Iterator[dict], str]:
+    """(records, fingerprint) of `source` (see the module docstring), at most max_samples, in file order.
+
+    The records are an iterator: a hub or local dataset is read lazily from its Arrow files (a million-record
+    SFT set is never a Python list). The fingerprint changes when the data does (local files: path, size and
+    mtime of each; a hub dataset: its `datasets` fingerprint), so caches of the packed data can be keyed by it."""
     if source == "gsm8k":
         d = Path(data_dir).expanduser() if data_dir is not None else _default_data_dir()
         f = d / "gsm8k" / f"{split}.jsonl" if d is not None else None
         if f is None or not f.is_file():
             raise SFTSourceError(f"GSM8K {split} split not found at {f}; " + _how_to_provide(source))
-        recs = []
-        with open(f) as fh:
-            for line in fh:
-                if line.strip():
-                    recs.append(json.loads(line))
-                if max_samples is not None and len(recs) >= max_samples:
-                    break
-        return recs
+
+        def lines():
+            n = 0
+            with open(f) as fh:
+                for line in fh:
+                    if max_samples is not None and n >= max_samples:
+                        return
+                    if line.strip():
+                        n += 1
+                        yield json.loads(line)
+
+        return lines(), _stat_fingerprint([f])
     import datasets
 
     p = Path(source).expanduser()
@@ -103,6 +127,7 @@ def load_sft_records(
         if parquet:
             parts.append(datasets.load_dataset("parquet", data_files=parquet, split="train"))
         ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+        fingerprint = _stat_fingerprint(jsonl + parquet)
     elif _is_hub_id(source) and not p.exists():
         try:
             ds = datasets.load_dataset(source, split=split)
@@ -111,11 +136,19 @@ def load_sft_records(
                 f"could not load hub dataset {source!r} split {split!r} ({type(e).__name__}: "
                 f"{' '.join(str(e).split())[:160]}); " + _how_to_provide(source)
             ) from e
+        fingerprint = str(ds._fingerprint)
     else:
         raise SFTSourceError(f"no directory {p}; " + _how_to_provide(source))
     if max_samples is not None:
         ds = ds.select(range(min(max_samples, len(ds))))
-    return list(ds)
+    return iter(ds), f"{fingerprint}|{max_samples}"
+
+
+def load_sft_records(
+    source: str, split: str = "train", data_dir: str | os.PathLike | None = None, max_samples: int | None = None
+) -> list[dict]:
+    """The records of `source` as a list (small sources; open_sft_source streams)."""
+    return list(open_sft_source(source, split, data_dir, max_samples)[0])
 
 
 def to_turns(rec: dict) -> list[dict]:
@@ -161,10 +194,9 @@ def _ids(x):
     return x["input_ids"] if isinstance(x, dict) or hasattr(x, "keys") else x
 
 
-def tokenize_records(records, tokenizer, block_size: int, eos_id: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt_ids, answer_ids) per usable record; answers completed with EOS to a whole number of blocks
+def iter_samples(records, tokenizer, block_size: int, eos_id: int) -> Iterator[tuple[list[int], list[int]]]:
+    """(prompt_ids, answer_ids) per usable record, lazily; answers completed with EOS to a whole number of blocks
     (at least one EOS, as trajectories._as_examples does for the offline `gt` rows)."""
-    out = []
     for rec in records:
         turns = to_turns(rec)
         if len(turns) < 2:
@@ -173,8 +205,12 @@ def tokenize_records(records, tokenizer, block_size: int, eos_id: int) -> list[t
         if not p or not a:
             continue
         total = -(-(len(p) + len(a) + 1) // block_size) * block_size
-        out.append((p, a + [eos_id] * (total - len(p) - len(a))))
-    return out
+        yield p, a + [eos_id] * (total - len(p) - len(a))
+
+
+def tokenize_records(records, tokenizer, block_size: int, eos_id: int) -> list[tuple[list[int], list[int]]]:
+    """iter_samples as a list."""
+    return list(iter_samples(records, tokenizer, block_size, eos_id))
 
 
 @dataclass
@@ -191,39 +227,125 @@ class PackedSequences:
         return self.ids.shape[0]
 
     def rows(self, idx: torch.Tensor) -> dict:
-        return dict(ids=self.ids[idx], doc=self.doc[idx], pos=self.pos[idx], answer=self.answer[idx])
+        """The rows `idx` as long (ids, doc, pos) and bool (answer) tensors, whatever the storage dtypes."""
+        return dict(ids=self.ids[idx].long(), doc=self.doc[idx].long(), pos=self.pos[idx].long(),
+                    answer=self.answer[idx].bool())  # fmt: skip
 
 
-def pack(samples, seq_len: int, block_size: int, pad_id: int = 0) -> PackedSequences:
+def _packed_rows(samples, seq_len: int, block_size: int) -> Iterator[list[tuple[list[int], int]]]:
     """Greedy in-order packing: a sample goes into the current sequence if it fits, else starts the next one.
     A sample longer than seq_len is cut to seq_len (its answer truncated; one whose prompt fills seq_len is
-    dropped). Every sample is a whole number of blocks, so each starts at a block boundary."""
+    dropped). Every sample is a whole number of blocks, so each starts at a block boundary. Yields each
+    sequence as [(tokens, prompt length), ...]."""
     if seq_len % block_size:
         raise ValueError(f"seq_len {seq_len} is not a multiple of block_size {block_size}")
-    seqs: list[list[tuple[list[int], int]]] = [[]]
+    cur: list[tuple[list[int], int]] = []
     used = 0
     for p, a in samples:
         if len(p) >= seq_len:
             continue
         toks = (p + a)[:seq_len]
-        if used + len(toks) > seq_len:
-            seqs.append([])
-            used = 0
-        seqs[-1].append((toks, len(p)))
+        if used + len(toks) > seq_len and cur:
+            yield cur
+            cur, used = [], 0
+        cur.append((toks, len(p)))
         used += len(toks)
-    seqs = [s for s in seqs if s]
-    N = len(seqs)
-    ids = torch.full((N, seq_len), pad_id, dtype=torch.long)
-    doc = torch.full((N, seq_len), -1, dtype=torch.long)
-    pos = torch.zeros(N, seq_len, dtype=torch.long)
-    ans = torch.zeros(N, seq_len, dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        at = 0
-        for j, (toks, n_prompt) in enumerate(s):
-            n = len(toks)
-            ids[i, at : at + n] = torch.tensor(toks, dtype=torch.long)
-            doc[i, at : at + n] = j
-            pos[i, at : at + n] = torch.arange(n)
-            ans[i, at + n_prompt : at + n] = True
-            at += n
-    return PackedSequences(ids, doc, pos, ans)
+    if cur:
+        yield cur
+
+
+def _fill(seq, seq_len: int, pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ids = np.full(seq_len, pad_id, dtype=np.int32)
+    doc = np.full(seq_len, -1, dtype=np.int32)
+    pos = np.zeros(seq_len, dtype=np.int32)
+    ans = np.zeros(seq_len, dtype=np.uint8)
+    at = 0
+    for j, (toks, n_prompt) in enumerate(seq):
+        n = len(toks)
+        ids[at : at + n] = toks
+        doc[at : at + n] = j
+        pos[at : at + n] = np.arange(n)
+        ans[at + n_prompt : at + n] = 1
+        at += n
+    return ids, doc, pos, ans
+
+
+def pack(samples, seq_len: int, block_size: int, pad_id: int = 0) -> PackedSequences:
+    """Pack in memory (see _packed_rows); pack_to_disk streams the same rows into memory-mapped files."""
+    rows = [_fill(seq, seq_len, pad_id) for seq in _packed_rows(samples, seq_len, block_size)]
+    cols = [torch.from_numpy(np.stack([r[k] for r in rows])) if rows else torch.zeros(0, seq_len) for k in range(4)]
+    return PackedSequences(cols[0].long(), cols[1].long(), cols[2].long(), cols[3].bool())
+
+
+_FILES = ("ids", "doc", "pos", "answer")
+_DTYPES = {"ids": np.int32, "doc": np.int32, "pos": np.int32, "answer": np.uint8}
+
+
+def pack_to_disk(samples, seq_len: int, block_size: int, out_dir: str | os.PathLike, pad_id: int = 0,
+                 progress: bool = False, chunk_rows: int = 1024) -> dict:  # fmt: skip
+    """Stream samples into <out_dir>/{ids,doc,pos,answer}.bin (int32, answer uint8; rows of seq_len) and
+    meta.json (rows, seq_len, sha256 of each file), written last and atomically: a directory without meta.json is
+    an unfinished pack. Memory stays at chunk_rows rows whatever the data size. Returns the meta."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = {k: out / f".{k}.bin.tmp" for k in _FILES}
+    fh = {k: open(tmp[k], "wb") for k in _FILES}
+    hashes = {k: hashlib.sha256() for k in _FILES}
+    n, buf = 0, []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="pack SFT", unit="seq", dynamic_ncols=True)
+
+    def flush():
+        for k, col in zip(_FILES, zip(*buf, strict=True), strict=True):
+            b = np.stack(col).astype(_DTYPES[k], copy=False).tobytes()
+            fh[k].write(b)
+            hashes[k].update(b)
+        buf.clear()
+
+    try:
+        for seq in _packed_rows(samples, seq_len, block_size):
+            buf.append(_fill(seq, seq_len, pad_id))
+            n += 1
+            if len(buf) >= chunk_rows:
+                flush()
+            if bar is not None:
+                bar.update(1)
+        if buf:
+            flush()
+    finally:
+        for f in fh.values():
+            f.close()
+        if bar is not None:
+            bar.close()
+    for k in _FILES:
+        os.replace(tmp[k], out / f"{k}.bin")
+    meta = dict(rows=n, seq_len=seq_len, block_size=block_size, sha256={k: hashes[k].hexdigest() for k in _FILES})
+    tmp_meta = out / ".meta.json.tmp"
+    tmp_meta.write_text(json.dumps(meta, indent=1))
+    os.replace(tmp_meta, out / "meta.json")
+    return meta
+
+
+def open_packed(out_dir: str | os.PathLike) -> tuple[PackedSequences, dict]:
+    """(the packed rows memory-mapped, meta) of a pack_to_disk directory; rows are read from disk as used.
+    A missing or short file is a SFTSourceError naming the directory and the fix (delete it: it is rebuilt)."""
+    out = Path(out_dir)
+    fix = f"delete {out} and rerun: the packed SFT data is rebuilt from the source"
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise SFTSourceError(f"{out / 'meta.json'} is missing or unreadable ({type(e).__name__}); {fix}") from e
+    n, T = meta["rows"], meta["seq_len"]
+    cols = []
+    for k in _FILES:
+        f = out / f"{k}.bin"
+        want = n * T * np.dtype(_DTYPES[k]).itemsize
+        if not f.exists() or f.stat().st_size != want:
+            got = f.stat().st_size if f.exists() else "no file"
+            raise SFTSourceError(f"{f} has {got} bytes, expected {want}; {fix}")
+        arr = np.memmap(f, dtype=_DTYPES[k], mode="c", shape=(n, T)) if n else np.zeros((0, T), _DTYPES[k])
+        cols.append(torch.from_numpy(arr))
+    return PackedSequences(*cols), meta

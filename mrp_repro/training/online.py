@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import random
 import time
@@ -50,7 +51,7 @@ from mrp_repro.distributed import Dist, current
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import rope_cos_sin
 from mrp_repro.mrp import MRPHead
-from mrp_repro.tasks.sft import PackedSequences, load_sft_records, pack, tokenize_records
+from mrp_repro.tasks.sft import PackedSequences, iter_samples, open_packed, open_sft_source, pack, pack_to_disk
 from mrp_repro.training.common import HEAD_COMMAND, ddp_loss, head_autocast, lr_lambda_for
 from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_on_main, heldout_summary
 from mrp_repro.trajectories import GT_T_MIN, model_fingerprint
@@ -192,16 +193,58 @@ def online_loss(
 # ----------------------------------------------------------------------------- data
 
 
-def load_packed(profile, backbone) -> PackedSequences:
-    """The profile's SFT source, tokenised with the backbone's tokenizer and packed to mrp_training.seq_len."""
-    tc = profile.mrp_training
+#: bumped when the packed layout changes, so an older cache is never read
+PACK_VERSION = 1
+
+
+def packed_key(profile, backbone, fingerprint: str) -> str:
+    """What the packed data depends on: the source's content, the split and sizes, and the tokenizer."""
+    tc, tok = profile.mrp_training, backbone.tokenizer
+    spec = [
+        PACK_VERSION,
+        tc.sft_source,
+        tc.sft_split,
+        tc.max_samples,
+        tc.seq_len,
+        profile.block_size,
+        fingerprint,
+        type(tok).__name__,
+        len(tok),
+        getattr(tok, "chat_template", None),
+        backbone.eos_ids[0],
+        backbone.pad_id,
+    ]
+    return hashlib.sha256(json.dumps(spec, default=str).encode()).hexdigest()[:12]  # fmt: skip
+
+
+def load_packed(profile, backbone, cache_parent: Path | None = None) -> tuple[PackedSequences, str]:
+    """(packed rows, data sha) of the profile's SFT source, tokenised with the backbone's tokenizer and packed to
+    mrp_training.seq_len.
+
+    cache_parent None: packed in memory. Else the rows are streamed once into <cache_parent>/sft-packed-<key>/
+    (tasks.sft.pack_to_disk; key: packed_key) and memory-mapped from there, so a million-sequence SFT set is
+    tokenised once, never held in memory, and shared by every torchrun rank (rank 0 packs; the others wait)."""
+    from mrp_repro import distributed
     from mrp_repro.runtime import data_dir
 
-    recs = load_sft_records(tc.sft_source, tc.sft_split, data_dir=data_dir(profile), max_samples=tc.max_samples)
-    samples = tokenize_records(recs, backbone.tokenizer, profile.block_size, backbone.eos_ids[0])
-    if not samples:
+    tc = profile.mrp_training
+    recs, fingerprint = open_sft_source(tc.sft_source, tc.sft_split, data_dir=data_dir(profile),
+                                        max_samples=tc.max_samples)  # fmt: skip
+    samples = iter_samples(recs, backbone.tokenizer, profile.block_size, backbone.eos_ids[0])
+    if cache_parent is None:
+        data = pack(samples, tc.seq_len, profile.block_size, pad_id=backbone.pad_id)
+        sha = hashlib.sha256(data.ids.numpy().tobytes() + data.answer.numpy().tobytes()).hexdigest()[:16]
+    else:
+        d = distributed.current()
+        cache = Path(cache_parent) / f"sft-packed-{packed_key(profile, backbone, fingerprint)}"
+        if d.is_main and not (cache / "meta.json").exists():
+            pack_to_disk(samples, tc.seq_len, profile.block_size, cache, pad_id=backbone.pad_id, progress=True)
+        d.barrier()
+        data, meta = open_packed(cache)
+        sha = hashlib.sha256((meta["sha256"]["ids"] + meta["sha256"]["answer"]).encode()).hexdigest()[:16]
+    if len(data) == 0:
         raise ValueError(f"{tc.sft_source}: no usable (prompt, answer) sample")
-    return pack(samples, tc.seq_len, profile.block_size, pad_id=backbone.pad_id)
+    return data, sha
 
 
 def _split(n: int, frac: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,8 +353,7 @@ def train_online(
         p.requires_grad_(False)
     model.eval()
     bb_hash = model_fingerprint(model)
-    data = load_packed(profile, backbone)
-    data_sha = hashlib.sha256(data.ids.numpy().tobytes() + data.answer.numpy().tobytes()).hexdigest()[:16]
+    data, data_sha = load_packed(profile, backbone, cache_parent=out.parent)  # runs/<profile>/sft-packed-<key>/
     train_rows, held_rows = _split(len(data), tc.heldout_frac, profile.seed)
     if len(train_rows) == 0:
         raise ValueError(f"{tc.sft_source}: no training sequences")
@@ -427,7 +469,7 @@ def step_cost(profile, backbone, micro_batches: int = 3) -> dict:
     """
     model, L, tc = backbone.model, profile.block_size, profile.mrp_training
     dev = model.lm_head.weight.device
-    data = load_packed(profile, backbone)
+    data, _ = load_packed(profile, backbone)
     head = MRPHead(model.config, profile.mrp.num_layers, profile.mrp.objective).init_weights("normal", 0.02)
     head.to(dev).train()
     opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
