@@ -38,8 +38,8 @@ from mrp_repro.decoding import (
 from mrp_repro.measure.schema import MODES, RUN_COLUMNS
 from mrp_repro.tasks import synthetic
 
-__all__ = ["PROFILE_MODEL", "model_for_profile", "score_problem", "eval_problems", "settings_for", "batch_order",
-           "run_setting", "collect_runs", "decode_events"]  # fmt: skip
+__all__ = ["PROFILE_MODEL", "model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first",
+           "batch_order", "run_setting", "collect_runs", "decode_events"]  # fmt: skip
 
 #: profile name -> model name as the paper writes it (other profiles: the profile name, e.g. "tiny")
 PROFILE_MODEL = {"sdar-1.7b": "SDAR-1.7B", "sdar-4b": "SDAR-4B", "sdar-8b": "SDAR-8B"}
@@ -170,6 +170,16 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
     return pd.DataFrame([rows[i] for i in range(len(problems))], columns=list(RUN_COLUMNS))
 
 
+def static_first(profile, head, settings, what: str) -> list[tuple[str, Policy]]:
+    """`settings` (default settings_for(profile, head)) with the one static(1) first: the reference every other
+    setting's identical_to_static compares against. ValueError unless there is exactly one."""
+    settings = list(settings if settings is not None else settings_for(profile, head))
+    static = [s for s in settings if s[0] == "static"]
+    if len(static) != 1 or static[0][1].name != "static(1)":
+        raise ValueError(f"{what} needs exactly one static(1) setting (the reference of identical_to_static)")
+    return static + [s for s in settings if s[0] != "static"]
+
+
 def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
                  settings: Sequence[tuple[str, Policy]] | None = None, batch_size: int | None = None,
                  max_new_tokens: int | None = None, progress: bool = False) -> pd.DataFrame:  # fmt: skip
@@ -178,11 +188,7 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
     setting's identical_to_static compares against it."""
     d = profile.decoding
     bs, max_new = batch_size or d.batch_size, max_new_tokens or d.max_new_tokens
-    settings = list(settings if settings is not None else settings_for(profile, head))
-    static = [s for s in settings if s[0] == "static"]
-    if len(static) != 1 or static[0][1].name != "static(1)":
-        raise ValueError("collect_runs needs exactly one static(1) setting (the reference of identical_to_static)")
-    settings = static + [s for s in settings if s[0] != "static"]
+    settings = static_first(profile, head, settings, "collect_runs")
     model = model_for_profile(profile)
     frames = []
     for bench in benchmarks or profile.evaluation.benchmarks:

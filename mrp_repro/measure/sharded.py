@@ -35,7 +35,7 @@ import pandas as pd
 
 from mrp_repro import distributed
 from mrp_repro.errors import UserError
-from mrp_repro.measure.runs import batch_order, eval_problems, model_for_profile, run_setting, settings_for
+from mrp_repro.measure.runs import batch_order, eval_problems, model_for_profile, run_setting, static_first
 from mrp_repro.measure.schema import RUN_COLUMNS
 from mrp_repro.runtime import provenance, write_json_atomic
 from mrp_repro.trajectories import model_fingerprint
@@ -165,11 +165,7 @@ def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, 
     d = distributed.current()
     dec = profile.decoding
     bs, max_new = batch_size or dec.batch_size, max_new_tokens or dec.max_new_tokens
-    settings = list(settings if settings is not None else settings_for(profile, head))
-    static = [s for s in settings if s[0] == "static"]
-    if len(static) != 1 or static[0][1].name != "static(1)":
-        raise ValueError("a grid needs exactly one static(1) setting (the reference of identical_to_static)")
-    settings = static + [s for s in settings if s[0] != "static"]
+    settings = static_first(profile, head, settings, "a sharded grid")
     benchmarks = list(benchmarks or profile.evaluation.benchmarks)
     shard_dir, out_csv = Path(shard_dir), Path(out_csv)
     shard_dir.mkdir(parents=True, exist_ok=True)
