@@ -60,10 +60,13 @@ def first_argmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def _confidence_from_logits(z: torch.Tensor, return_entropy: bool):
-    lse = torch.logsumexp(z, dim=-1)
-    am = first_argmax(z)
-    zmax = z.gather(-1, am[:, None]).squeeze(-1)
-    max_prob = torch.exp(zmax - lse)
+    # One max pass gives the value and the first index on ties (torch.max documents "the indices of the first
+    # maximal value"); then softmax(z)[argmax] = 1 / sum(exp(z - max)). logsumexp + argmax + gather read z five
+    # times: at vocabulary 151,936 on CPU that was a quarter of a decode.
+    zmax, am = z.max(dim=-1)
+    sum_exp = (z - zmax[:, None]).exp_().sum(-1)
+    lse = zmax + sum_exp.log()
+    max_prob = sum_exp.reciprocal()
     ent = None
     if return_entropy:
         logp = z - lse[:, None]
