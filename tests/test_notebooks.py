@@ -132,13 +132,15 @@ def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_di
 # ----------------------------------------------------------------------------- the SDAR path (sdar-mini)
 
 #: sdar-mini at its smallest: one prompt per benchmark (all four: extraction and the sandbox run), one block,
-#: one threshold / rule / K of each kind. Notebook 04 trains a head with the paper's online recipe (2 steps on
+#: one threshold / rule / K of each kind, one row at a time (so 05's latency grid is read from its modes grid:
+#: grids.COVERED_BY). Notebook 04 trains a head with the paper's online recipe (2 steps on
 #: GSM8K train) and loads the released-format head, which 05-07 decode with.
 SDAR_CI = """extends: {base}
 name: sdar-mini-ci
 trajectories: {{n_prompts: 2, shard_size: 2}}
 mrp_training: {{steps: 2, ckpt_every: 2, max_samples: 8}}
-decoding: {{max_new_tokens: 16, thresholds: [0.5], lookahead_k: [1], speculative_k: [3], remask_rules: [tau]}}
+decoding: {{max_new_tokens: 16, batch_size: 1, thresholds: [0.5], lookahead_k: [1], speculative_k: [3],
+           remask_rules: [tau]}}
 evaluation: {{n_prompts: 1, bootstrap_samples: 20}}
 """
 SDAR_EXPECTED = {

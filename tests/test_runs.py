@@ -190,3 +190,34 @@ def test_profile_compile_is_read_by_the_stages(tmp_path, monkeypatch):
     assert stages.head(P, bb) is head
     assert len(calls) == 2 and bb.model.forward.mrp_compiled and head.forward.mrp_compiled
     assert stages.head(P.replace({"decoding.compile": False}), bb) is head and len(calls) == 2
+
+
+def test_a_grid_held_by_a_wider_one_is_read_from_it(rb, tmp_runs, monkeypatch):
+    """At decoding.batch_size 1 with one n_prompts, modes_runs decodes every row of speculative_runs: that grid is
+    its static + speculative rows (equal to collecting it apart but for the clock), decoded once."""
+    import io
+    from dataclasses import replace
+
+    from mrp_repro.measure import runs as runs_mod
+    from mrp_repro.measure.sharded import TIMING_COLUMNS
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.report import grids
+
+    P = rb.profile.replace({"decoding.batch_size": 1, "evaluation.n_prompts": 2, "decoding.max_new_tokens": 16})
+    bb = replace(rb, profile=P)
+    head = MRPHead(bb.model.config, 1, "residual").init_weights("normal", 0.3, torch.Generator().manual_seed(0))
+    calls = []
+    real = runs_mod.collect_runs
+    monkeypatch.setattr(grids, "collect_runs", lambda *a, **k: calls.append(k["settings"]) or real(*a, **k))
+    spec = grids.runs(P, bb, head, "speculative_runs", n_prompts=2)
+    assert len(calls) == 1 and len(calls[0]) == len(grids.grid_spec(P, head, "modes_runs")["settings"])
+    assert grids.runs(P, bb, head, "modes_runs") is not None and len(calls) == 1  # stored, not decoded again
+    apart = real(P, bb, head, **grids.grid_spec(P, head, "speculative_runs", 2))
+    assert set(spec["mode"]) == {"static", "speculative"} and len(spec) == len(apart)
+    as_text = lambda df: pd.read_csv(io.StringIO(df.drop(columns=list(TIMING_COLUMNS)).to_csv(index=False)),  # noqa: E731
+                                     dtype=str, keep_default_na=False)  # fmt: skip
+    pd.testing.assert_frame_equal(as_text(spec), as_text(apart))
+    # another batch size: collected apart, as before
+    P4 = P.replace({"decoding.batch_size": 4})
+    grids.runs(P4, replace(bb, profile=P4), head, "speculative_runs", n_prompts=2)
+    assert len(calls) == 2 and len(calls[1]) == len(grids.grid_spec(P4, head, "speculative_runs", 2)["settings"])

@@ -10,9 +10,11 @@
 GRIDS: backbone_runs (01: static + dynamic(tau), no head), speculative_runs (05: static + speculative at batch 1,
 LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size). Each is stored as
 report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame of another spec
-(a notebook parameter changed) is recollected. In a plain process the grid is measure.runs.collect_runs; under
-torchrun (any world size) it is measure.sharded.collect_runs_sharded, whose merged file equals collect_runs' but for
-the wall-clock columns, so the single-process notebooks then read what the ranks wrote.
+(a notebook parameter changed) is recollected. A grid that another holds in full (COVERED_BY: the same prompts
+and batch size, a subset of its settings) is that grid's rows, not decoded twice. In a plain process the grid is
+measure.runs.collect_runs; under torchrun (any world size) it is measure.sharded.collect_runs_sharded, whose merged
+file equals collect_runs' but for the wall-clock columns, so the single-process notebooks then read what the ranks
+wrote.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ LATENCY_PROMPTS = 64
 
 GRIDS = ("backbone_runs", "speculative_runs", "modes_runs")
 
+#: a grid another may hold in full: when the wider grid decodes the same prompts at the same batch size and
+#: every one of its settings, its rows are read from the wider one instead of decoded twice (a profile with
+#: decoding.batch_size 1 and one n_prompts for both, as CI's smallest sdar-mini)
+COVERED_BY = {"speculative_runs": "modes_runs"}
+
 
 def grid_spec(profile, head, name: str, n_prompts: int | None = None) -> dict:
     """collect_runs' arguments of grid `name` (settings as (mode, policy) pairs); n_prompts overrides the grid's."""
@@ -48,6 +55,18 @@ def grid_spec(profile, head, name: str, n_prompts: int | None = None) -> dict:
     if name == "modes_runs":
         return dict(n_prompts=n_prompts, settings=settings_for(profile, head), batch_size=None)
     raise ValueError(f"unknown grid {name!r}; valid: {', '.join(GRIDS)}")
+
+
+def _covering_grid(profile, head, name: str, spec: dict) -> str | None:
+    """COVERED_BY[name] when that grid holds every decode of `spec` (sizes resolved as collect_runs does)."""
+    wider = COVERED_BY.get(name)
+    if wider is None or head is None:
+        return None
+    w = grid_spec(profile, head, wider)
+    n = lambda s: s["n_prompts"] or profile.evaluation.n_prompts  # noqa: E731
+    bs = lambda s: s["batch_size"] or profile.decoding.batch_size  # noqa: E731
+    names = lambda s: {p.name for _, p in s["settings"]}  # noqa: E731
+    return wider if n(w) == n(spec) and bs(w) == bs(spec) and names(spec) <= names(w) else None
 
 
 def _spec_record(spec: dict) -> dict:
@@ -76,7 +95,13 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
     spec = grid_spec(profile, head, name, n_prompts)
     if not _stored(profile, name, spec):
         d = distributed.current()
-        if d.active or "WORLD_SIZE" in os.environ:  # under torchrun, even with one rank: shards, resumable
+        wider = _covering_grid(profile, head, name, spec)
+        if wider is not None:
+            held = runs(profile, backbone, head, wider, progress=progress)
+            names = [p.name for _, p in spec["settings"]]
+            if d.is_main:
+                paper.save_result(profile, name, held[held["setting"].isin(names)].reset_index(drop=True))
+        elif d.active or "WORLD_SIZE" in os.environ:  # under torchrun, even with one rank: shards, resumable
             shard_dir = paper.results_dir(profile) / f"{name}.shards"
             rerun = f"python -m mrp_repro.report.grids --profile {profile.name} --grid {name}"
             out = paper.result_path(profile, name)
