@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mrp_repro.decoding.engine import Policy, masked_confidence, top_masked
-from mrp_repro.decoding.mrp_modes import DRAFTERS, MRPPolicy
+from mrp_repro.decoding.mrp_modes import DRAFTERS, MRPPolicy, Remask, residual_confidence
 from mrp_repro.model import ModelOutput, SDARModel, VERIFY_PATHS
 
 @dataclass
@@ -346,3 +346,35 @@ def legacy_generate(
         cut = next((i for i, t in enumerate(gen) if t in set(eos_ids)), len(gen))
         tokens.append(gen[:cut])
     return tokens, stats, trace
+
+
+class LegacyRemask(Remask):
+    """Remask with the per-row, per-candidate loop of its `sequential` rule before issue 14."""
+
+    def _sequential(self, st, out, fresh, top, tok, conf, judge):
+        B, L = fresh.shape
+        keep = top & fresh
+        pending = {}
+        for r in judge.nonzero().flatten().tolist():
+            cand = [p for p in torch.sort(conf[r], descending=True, stable=True).indices.tolist()
+                    if fresh[r, p] and not top[r, p]]  # fmt: skip
+            pending[r] = cand
+        base = torch.where(fresh & ~top, torch.full_like(st.ids, st.mask_id), st.ids)  # S + top1 reveal
+        while pending:
+            rows_mask = torch.zeros(B, dtype=torch.bool, device=fresh.device)
+            rows_mask[list(pending)] = True
+            h_C = self._head(st, out.hidden, base, count=rows_mask)
+            A, C = self._split(st, out.logits, out.hidden, h_C)
+            for r in list(pending):
+                cand = pending[r]
+                while cand:
+                    p = cand.pop(0)
+                    t = tok[r, p : p + 1]
+                    rc = residual_confidence(A[r, p : p + 1], C[r, p : p + 1], 1.0, t)
+                    if bool(self._ok(rc, t)[0]):
+                        keep[r, p] = True
+                        base[r, p] = tok[r, p]
+                        break  # the kept set grew: the next candidates need a new head call
+                if not cand:
+                    del pending[r]
+        return keep

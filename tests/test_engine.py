@@ -83,7 +83,7 @@ def test_bad_prompts_rejected():
 # -- the vectorised engine (issue 14) against the frozen pre-issue-14 loop, and the fused commit --------------
 def _policies(head):
     from mrp_repro.decoding import Direct, Remask, Speculative
-    from tests.legacy_decoding import LegacyDirect, LegacySpeculative
+    from tests.legacy_decoding import LegacyDirect, LegacyRemask, LegacySpeculative
 
     out = [(Static(1), Static(1)), (Static(2), Static(2)), (Dynamic(0.3), Dynamic(0.3))]
     for K in (1, 3, 5):
@@ -95,6 +95,9 @@ def _policies(head):
     out += [(Direct(2, head), LegacyDirect(2, head)), (Direct(5, head), LegacyDirect(5, head))]
     # Remask's rules are shared code; what changed is the engine's reveal/revoke counting and trace under it.
     out += [(Remask(0.2, rule, head=head), Remask(0.2, rule, head=head)) for rule in ("tau", "delta", "loo")]
+    # sequential: its per-row, per-candidate loop became one masked pass per kept reveal
+    out += [(Remask(tau, "sequential", head=head, criterion=c), LegacyRemask(tau, "sequential", head=head, criterion=c))
+            for tau in (0.0, 0.2) for c in ("argmax", "prob")]  # fmt: skip
     return out
 
 

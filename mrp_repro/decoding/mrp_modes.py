@@ -375,29 +375,24 @@ class Remask(MRPPolicy):
         return rc.logp_at_token.exp() >= self.tau
 
     def _sequential(self, st, out, fresh, top, tok, conf, judge):
+        """Each judged row's fresh reveals but the top one, in descending confidence (ties: lowest index): the
+        first the head accepts (self._ok), given the reveals kept so far, is kept; the ones scanned before it are
+        dropped; one head call per kept reveal, for every row at once, until no row has candidates left."""
         B, L = fresh.shape
         keep = top & fresh
-        pending = {}
-        for r in judge.nonzero().flatten().tolist():
-            cand = [p for p in torch.sort(conf[r], descending=True, stable=True).indices.tolist()
-                    if fresh[r, p] and not top[r, p]]  # fmt: skip
-            pending[r] = cand
+        cand = fresh & ~top & judge[:, None]  # (B, L) not yet scanned
+        order = torch.sort(conf, dim=1, descending=True, stable=True).indices  # (B, L)
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(L, device=order.device).expand(B, L))
         base = torch.where(fresh & ~top, torch.full_like(st.ids, st.mask_id), st.ids)  # S + top1 reveal
-        while pending:
-            rows_mask = torch.zeros(B, dtype=torch.bool, device=fresh.device)
-            rows_mask[list(pending)] = True
-            h_C = self._head(st, out.hidden, base, count=rows_mask)
+        while True:
+            rows = cand.any(1)  # (B,)
+            if not rows.any():  # the round's one host sync
+                return keep
+            h_C = self._head(st, out.hidden, base, count=rows)
             A, C = self._split(st, out.logits, out.hidden, h_C)
-            for r in list(pending):
-                cand = pending[r]
-                while cand:
-                    p = cand.pop(0)
-                    t = tok[r, p : p + 1]
-                    rc = residual_confidence(A[r, p : p + 1], C[r, p : p + 1], 1.0, t)
-                    if bool(self._ok(rc, t)[0]):
-                        keep[r, p] = True
-                        base[r, p] = tok[r, p]
-                        break  # the kept set grew: the next candidates need a new head call
-                if not cand:
-                    del pending[r]
-        return keep
+            ok = self._ok(_rc(A, C, tok), tok) & cand  # (B, L)
+            first = torch.where(ok, rank, L).amin(1, keepdim=True)  # (B, 1) rank of the kept one; L: none
+            kept = ok & (rank == first)
+            keep |= kept
+            base = torch.where(kept, tok, base)
+            cand &= rank > first  # scanned: rejected, or kept; a row with none accepted is done
