@@ -43,11 +43,12 @@ class Backbone:
     ):
         """decoding.generate with this backbone's block size and special ids (`model` swaps in another
         model of the same tokenizer, e.g. a random init; `engine_options` go to decoding.generate as they are;
-        fuse_commit defaults to the profile's decoding.fuse_commit)."""
+        fuse_commit and static_cache default to the profile's decoding settings of those names)."""
         from mrp_repro.decoding import generate
 
         if self.profile is not None:  # the profile's engine setting, unless the caller chose
             engine_options.setdefault("fuse_commit", self.profile.decoding.fuse_commit)
+            engine_options.setdefault("static_cache", self.profile.decoding.static_cache)
         return generate(model or self.model, prompts, policy, self.block_size, self.mask_id, self.eos_ids,
                         max_new_tokens, pad_id=self.pad_id, **engine_options)  # fmt: skip
 

@@ -184,6 +184,10 @@ class DecodingConfig:
     # torch.compile the backbone's and head's forwards (model.compile_model; CUDA graphs on CUDA); the first
     # generate compiles (~1 min on CPU). Tokens equal eager (tests/test_compiled.py).
     compile: bool = False
+    # Attention reads the whole preallocated KV cache (unused slots masked: model.KVCache(static=True)), so each
+    # call kind keeps one shape over a generation and CUDA graphs record it once; decodes as the growing cache
+    # does, speculative token-identical to static (tests/test_static_cache.py). Costs attention over empty slots.
+    static_cache: bool = False
 
 
 @dataclass(frozen=True)

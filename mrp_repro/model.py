@@ -161,20 +161,33 @@ class DecoderLayer(nn.Module):
 class KVCache:
     """Per-layer keys/values of committed blocks plus which key slots are real (not padding).
 
-    k, v: (layers, B, nkv, capacity, hd); valid: (B, capacity) bool; `length` slots used."""
+    k, v: (layers, B, nkv, capacity, hd); valid: (B, capacity) bool; `length` slots used.
 
-    def __init__(self, num_layers, batch, num_kv_heads, head_dim, capacity, device, dtype):
+    static=True: attention reads every slot (capacity keys, the unused ones invalid, so masked out), so a block
+    forward, a verify and a head step have one shape for the whole generation: what CUDA graphs need to record
+    once (torch.compile "reduce-overhead") instead of once per cache length."""
+
+    def __init__(self, num_layers, batch, num_kv_heads, head_dim, capacity, device, dtype, static: bool = False):
         self.k = torch.zeros(num_layers, batch, num_kv_heads, capacity, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         self.length = 0
+        self.static = static
 
     @classmethod
-    def for_model(cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None):
-        return cls(num_layers or cfg.num_layers, batch, cfg.num_kv_heads, cfg.head_dim, capacity, device, dtype)
+    def for_model(cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None,
+                  static: bool = False):  # fmt: skip
+        return cls(num_layers or cfg.num_layers, batch, cfg.num_kv_heads, cfg.head_dim, capacity, device, dtype,
+                   static)  # fmt: skip
 
     def past(self, layer: int):
+        if self.static:
+            return self.k[layer], self.v[layer]
         return self.k[layer, :, :, : self.length], self.v[layer, :, :, : self.length]
+
+    def key_slots(self) -> torch.Tensor:
+        """(B, S) bool: which of the slots attention reads (S = capacity if static, else length) are real."""
+        return self.valid if self.static else self.valid[:, : self.length]
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         T = k.shape[2]
@@ -192,11 +205,12 @@ class KVCache:
     def select_rows(self, rows: torch.Tensor) -> KVCache:
         """A cache holding only the given batch rows (shares no storage)."""
         out = KVCache.__new__(KVCache)
-        out.k, out.v, out.valid, out.length = (
+        out.k, out.v, out.valid, out.length, out.static = (
             self.k[:, rows].clone(),
             self.v[:, rows].clone(),
             self.valid[rows].clone(),
             self.length,
+            self.static,
         )
         return out
 
@@ -231,9 +245,9 @@ class SDARModel(nn.Module):
                 p.data.mul_(1 / math.sqrt(2 * self.config.num_layers))
         return self
 
-    def new_cache(self, batch: int, capacity: int) -> KVCache:
+    def new_cache(self, batch: int, capacity: int, static: bool = False) -> KVCache:
         p = self.lm_head.weight
-        return KVCache.for_model(self.config, batch, capacity, p.device, p.dtype)
+        return KVCache.for_model(self.config, batch, capacity, p.device, p.dtype, static=static)
 
     # -- the one forward every path goes through ------------------------------------------------
     def forward(
@@ -269,12 +283,12 @@ class SDARModel(nn.Module):
     # -- the four attention paths -------------------------------------------------------------
     def _cache_keys(self, cache: KVCache | None, B: int, T: int, device, fold: int = 1) -> torch.Tensor:
         """(B, 1, T, S_past) visibility of committed cache slots; row i sees cache row i // fold."""
-        if cache is None or cache.length == 0:
+        if cache is None:
             return torch.zeros(B, 1, T, 0, dtype=torch.bool, device=device)
-        valid = cache.valid[:, : cache.length]
+        valid = cache.key_slots()  # (B // fold, S)
         if fold > 1:
             valid = valid[:, None].expand(-1, fold, -1).flatten(0, 1)
-        return valid[:, None, None, :].expand(B, 1, T, cache.length)
+        return valid[:, None, None, :].expand(B, 1, T, valid.shape[1])
 
     def prefill(
         self, input_ids, position_ids, key_valid, cache: KVCache, block_size: int, with_logits: bool = True
@@ -305,8 +319,8 @@ class SDARModel(nn.Module):
             raise ValueError(f"commit_and_forward commits whole blocks: {P} is not a multiple of block {L}")
         kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
         dev = input_ids.device
-        S = cache.length
         old = self._cache_keys(cache, B, P + L, dev)  # (B, 1, P + L, S)
+        S = old.shape[-1]
         prev_rows = torch.cat(
             [block_causal_mask(prev_valid, L), torch.zeros(B, 1, P, L, dtype=torch.bool, device=dev)], -1
         )
@@ -388,7 +402,8 @@ def compile_model(model: SDARModel, head: nn.Module | None = None, mode: str | N
     "reduce-overhead" (CUDA graphs) on CUDA, the default mode elsewhere (CPU needs a C++ compiler).
 
     Measured on CPU (tests/test_compiled.py): tokens and RowStats identical to eager; the first generate
-    compiles for ~1 min. Not yet done: a static KV cache, without which CUDA graphs re-record per cache length."""
+    compiles for ~1 min. With the growing cache CUDA graphs re-record per cache length: pair it with
+    decoding.static_cache (KVCache(static=True)), which keeps every call's shape fixed."""
     if mode == "auto":
         mode = "reduce-overhead" if model.lm_head.weight.device.type == "cuda" else None
     for m in (model, head) if head is not None else (model,):

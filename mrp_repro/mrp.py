@@ -77,9 +77,10 @@ class MRPHead(nn.Module):
             raise ValueError(f"init scheme {scheme!r}: choose normal, structured or zero-out")
         return self
 
-    def new_cache(self, batch: int, capacity: int) -> KVCache:
+    def new_cache(self, batch: int, capacity: int, static: bool = False) -> KVCache:
         p = self.eh_proj.weight
-        return KVCache.for_model(self.config, batch, capacity, p.device, p.dtype, num_layers=self.num_layers)
+        return KVCache.for_model(self.config, batch, capacity, p.device, p.dtype, num_layers=self.num_layers,
+                                 static=static)  # fmt: skip
 
     def _inputs(self, h_in, ids, embed):
         e = embed(ids)  # (B, T, H)
@@ -95,9 +96,10 @@ class MRPHead(nn.Module):
 
     @staticmethod
     def _cache_mask(cache, B, T, device):
-        if cache is None or cache.length == 0:
+        if cache is None:
             return torch.zeros(B, 1, T, 0, dtype=torch.bool, device=device)
-        return cache.valid[:, None, None, : cache.length].expand(B, 1, T, cache.length)
+        valid = cache.key_slots()  # (B, S)
+        return valid[:, None, None, :].expand(B, 1, T, valid.shape[1])
 
     def forward(
         self,

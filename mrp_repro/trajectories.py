@@ -299,7 +299,7 @@ def _self_rows(
         def __init__(self, offset: int):
             self.offset = offset
 
-        def begin(self, model, batch, capacity, device):
+        def begin(self, model, batch, capacity, device, static_cache=False):
             return {"ctx": [[] for _ in range(batch)], "offset": self.offset}
 
         def on_commit(self, c, out, ids, positions, key_valid):

@@ -221,3 +221,20 @@ def test_a_grid_held_by_a_wider_one_is_read_from_it(rb, tmp_runs, monkeypatch):
     P4 = P.replace({"decoding.batch_size": 4})
     grids.runs(P4, replace(bb, profile=P4), head, "speculative_runs", n_prompts=2)
     assert len(calls) == 2 and len(calls[1]) == len(grids.grid_spec(P4, head, "speculative_runs", 2)["settings"])
+
+
+def test_profile_static_cache_reaches_the_engine(rb, monkeypatch):
+    """decoding.static_cache is what Backbone.generate passes to the engine (its decoding: tests/test_static_cache.py);
+    tokens equal the growing cache's on this backbone."""
+    from dataclasses import replace
+
+    import mrp_repro.decoding as decoding
+
+    seen = []
+    real = decoding.generate
+    monkeypatch.setattr(decoding, "generate", lambda *a, **k: seen.append(k["static_cache"]) or real(*a, **k))
+    prompts = encode_prompts(rb, eval_problems(rb.profile, "synth-math", 3))
+    plain = rb.generate(prompts, Static(1), 16)
+    static_bb = replace(rb, profile=rb.profile.replace({"decoding.static_cache": True}))
+    static = static_bb.generate(prompts, Static(1), 16)
+    assert seen == [False, True] and static.tokens == plain.tokens

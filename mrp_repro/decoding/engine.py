@@ -210,7 +210,7 @@ class Policy:
 
     name = "policy"
 
-    def begin(self, model: SDARModel, batch: int, capacity: int, device) -> object:
+    def begin(self, model: SDARModel, batch: int, capacity: int, device, static_cache: bool = False) -> object:
         return None
 
     def denoise(self, st: BlockState) -> None:
@@ -311,10 +311,12 @@ def generate(
     pad_id: int | None = None,
     fuse_commit: bool = False,
     trace: bool = True,
+    static_cache: bool = False,
 ) -> GenerationResult:
     """fuse_commit: write each finished block into the cache in the next block's first forward (one forward
     less per block, `RowStats.fused_commits`); tokens are those of the unfused engine wherever that fused
-    forward rounds like forward_block (tests/test_engine.py measures it). trace=False: no trace events (timing)."""
+    forward rounds like forward_block (tests/test_engine.py measures it). trace=False: no trace events (timing).
+    static_cache: the backbone's and head's caches are model.KVCache(static=True), one shape per call kind."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one non-empty prompt")
     device = model.lm_head.weight.device
@@ -341,10 +343,10 @@ def generate(
     end_t = torch.tensor(end_block, device=device)
     gen_start = torch.tensor(lens, device=device)[:, None]
 
-    cache = model.new_cache(B, total_blocks * L)
+    cache = model.new_cache(B, total_blocks * L, static=static_cache)
     stats = Stats(B, device)
     tr = Trace() if trace else None
-    ctx = policy.begin(model, B, total_blocks * L, device)
+    ctx = policy.begin(model, B, total_blocks * L, device, static_cache=static_cache)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     e = _Engine(model=model, seq=seq, positions=positions, real=real, cache=cache, stats=stats, policy=policy,
                 ctx=ctx, L=L)  # fmt: skip

@@ -81,10 +81,12 @@ def compare_with_static(model, head, prompts, block: int, Ks, drafters, verify: 
 
 
 @torch.no_grad()
-def cached_state(model, batch: int, block: int, context_blocks: int, seed: int, finished: bool = True):
+def cached_state(model, batch: int, block: int, context_blocks: int, seed: int, finished: bool = True,
+                 static: bool = False):  # fmt: skip
     """A cache of `context_blocks` committed blocks and the current block's positions and key_valid, laid
     out as the engine does: row r left-padded by r % context_blocks whole blocks; with `finished`, every
-    4th row (r % 4 == 3) sits the block out (all-padding key_valid). -> cache, pos, key_valid, generator."""
+    4th row (r % 4 == 3) sits the block out (all-padding key_valid). static: a model.KVCache(static=True) with
+    two blocks of unused capacity. -> cache, pos, key_valid, generator."""
     dev = model.lm_head.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
@@ -97,7 +99,7 @@ def cached_state(model, batch: int, block: int, context_blocks: int, seed: int, 
     if finished:
         key_valid[3::4] = False
     pos = (torch.arange(S + block)[None] - (~valid).sum(1, keepdim=True)).clamp(min=0)
-    cache = model.new_cache(batch, S)
+    cache = model.new_cache(batch, S + 2 * block if static else S, static=static)
     model.prefill(ctx.to(dev), pos[:, :S].to(dev), valid[:, :S].to(dev), cache, block)
     return cache, pos[:, S:].to(dev), key_valid.to(dev), g
 

@@ -103,10 +103,10 @@ class MRPPolicy(Policy):
 
     head = None
 
-    def begin(self, model, batch, capacity, device):
+    def begin(self, model, batch, capacity, device, static_cache=False):
         if self.head is None:
             return None
-        return dict(model=model, cache=self.head.new_cache(batch, capacity), pending=[])
+        return dict(model=model, cache=self.head.new_cache(batch, capacity, static=static_cache), pending=[])
 
     def on_commit(self, ctx, out, ids, positions, key_valid):
         if ctx is not None:
