@@ -1,4 +1,5 @@
-"""model.compile_model: the compiled backbone and head decode token for token like eager, with the same RowStats.
+"""model.compile_model: the compiled backbone and head decode token for token like eager, with the same RowStats,
+with the growing cache, the fused commit and the static cache (decoding.static_cache, what CUDA graphs need).
 
 OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -m slow tests/test_compiled.py   # ~1-2 min: inductor on CPU
 """
@@ -25,8 +26,8 @@ def test_compiled_equals_eager():
     def run():
         out = []
         for pol in pols:
-            for fuse in (False, True):
-                r = generate(m, ps, pol, 4, MASK, [2], 8, pad_id=PAD, fuse_commit=fuse)
+            for fuse, static in ((False, False), (True, False), (False, True)):  # static: the CUDA-graph layout
+                r = generate(m, ps, pol, 4, MASK, [2], 8, pad_id=PAD, fuse_commit=fuse, static_cache=static)
                 out.append((r.tokens, r.stats))
         return out
 
