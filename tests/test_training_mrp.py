@@ -158,3 +158,50 @@ def test_training_beside_a_bf16_backbone(tmp_path):
     assert m["heldout_kl"] < 0.3 * m["initial_heldout_kl"]
     head = load_head(tmp_path / "out" / "head", model.config, dtype=torch.bfloat16)  # as stages.head loads it
     assert head.eh_proj.weight.dtype == torch.bfloat16
+
+
+def test_pick_loss_and_pick_accuracy_against_a_per_row_reference(setup):
+    """mrp_loss(pick_weight=w) = the plain loss + w * sum over rows of -log softmax(log-confidence of A + C_1 over
+    the still-masked slots)[next pick] / denom; the held-out pick accuracy counts the rows whose most confident
+    slot is the backbone's recorded next pick. Both computed here one row at a time."""
+    from mrp_repro.training.mrp import TrajectoryData, build_head_cache, mrp_loss
+    from mrp_repro.trajectories import load_trajectories
+
+    model, d = setup
+    data = TrajectoryData([load_trajectories(d)], MASK, L)
+    b = data.batch(torch.arange(min(24, len(data))), "cpu")
+    head = MRPHead(model.config, 1).init_weights("normal", 0.3, torch.Generator().manual_seed(0))
+    plain, st = mrp_loss(head, model, b, 1, MASK, L, with_stats=True)
+    w = 0.7
+    picked = mrp_loss(head, model, b, 1, MASK, L, pick_weight=w)
+    denom = b["answer_mask"].sum().float()
+    ce, hits, rows = 0.0, 0, 0
+    with torch.no_grad():
+        cache = build_head_cache(head, model, b, L)
+        h1 = head.step(b["hidden"][:, 0], b["ids"][:, 1], b["positions"], model.embed_tokens, cache)
+        for r in range(len(b["ids"])):
+            still = (b["ids"][r, 1] == MASK) & (b["n_steps"][r] >= 1)
+            if not still.any():
+                continue
+            slots = still.nonzero().flatten().tolist()
+            z = model.lm_head(h1[r, slots]).double()
+            z[:, MASK] = float("-inf")
+            logconf = z.max(-1).values - torch.logsumexp(z, -1)
+            target = slots.index(int(b["next_pos"][r]))
+            ce += float(-torch.log_softmax(logconf, -1)[target])
+            hits += int(int(logconf.argmax()) == target)
+            rows += 1
+    assert rows >= 10 and st["pick_rows"] == rows and st["pick_hits"] == hits
+    assert int(((b["ids"][:, 1] == MASK).sum(1) > 1).sum()) >= 3  # rows where the pick is a real choice
+    assert float(picked) == pytest.approx(float(plain) + w * ce / float(denom), rel=1e-5)
+    assert 0 <= st["pick_hits_base"] <= rows
+
+
+def test_pick_loss_with_the_online_recipe_is_an_error(tmp_path):
+    from mrp_repro.config import ConfigError
+    from mrp_repro.training.online import train_online
+
+    P = load_profile("smoke").replace({"mrp_training.recipe": "online", "mrp_training.pick_loss_weight": 1.0})
+    bb = SimpleNamespace(model=tiny_model(), mask_id=MASK)
+    with pytest.raises(ConfigError, match="recipe: offline"):
+        train_online(P, bb, tmp_path, progress=False)

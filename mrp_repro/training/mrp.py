@@ -77,7 +77,7 @@ class TrajectoryData:
 
     def __init__(self, datasets_list, mask_id: int, block_size: int):
         self.mask_id, self.L = mask_id, block_size
-        ids, hid, ctx, ans, nst, t, bstart, ex, src = [], [], [], [], [], [], [], [], []
+        ids, hid, ctx, ans, nst, t, bstart, ex, src, npos = [], [], [], [], [], [], [], [], [], []
         S = 1
         for si, ds in enumerate(datasets_list):
             meta = json.loads(ds.info.description or "{}")
@@ -87,7 +87,7 @@ class TrajectoryData:
             tbl = ds.data.table if hasattr(ds.data, "table") else ds.data
             cols = {
                 c: tbl.column(c).to_pylist()
-                for c in ("ids", "context_ids", "answer_mask", "n_steps", "t", "block_start", "example")
+                for c in ("ids", "context_ids", "answer_mask", "n_steps", "t", "block_start", "example", "next_pos")
             }
             hcol = tbl.column("hidden").combine_chunks()
             flat = np.asarray(hcol.values.to_numpy(zero_copy_only=False), dtype=np.float32)
@@ -102,6 +102,7 @@ class TrajectoryData:
                 bstart.append(cols["block_start"][r])
                 ex.append((si, cols["example"][r]))
                 src.append(si)
+                npos.append(cols["next_pos"][r])
         self.S = S
         N = len(ids)
         H = hid[0].shape[-1] if N else 0
@@ -120,6 +121,7 @@ class TrajectoryData:
         self.block_start = torch.tensor(bstart, dtype=torch.long)
         self.example = ex
         self.source = torch.tensor(src, dtype=torch.long)
+        self.next_pos = torch.tensor(npos, dtype=torch.long)  # the backbone's own pick on state 1
 
     def __len__(self):
         return self.ids.shape[0]
@@ -156,6 +158,7 @@ class TrajectoryData:
             n_steps=self.n_steps[rows].to(device),
             t=self.t[rows].to(device),
             answer_mask=self.answer_mask[rows].to(device),
+            next_pos=self.next_pos[rows].to(device),
         )
 
 
@@ -175,6 +178,9 @@ class _GradCache:
         if self.length == 0:
             return self._empty, self._empty
         return self.k[layer], self.v[layer]
+
+    def key_slots(self) -> torch.Tensor:
+        return self.valid
 
     def write(self, layer: int, k, v):
         if self.length:
@@ -215,11 +221,15 @@ def mrp_loss(
     grad_cache: bool = True,
     with_stats: bool = False,
     denom: torch.Tensor | None = None,
+    pick_weight: float = 0.0,
 ):
     """The training loss (see the module docstring); with_stats adds unweighted per-slot KL sums of the
-    head and of the uncorrected baseline KL(B_k || A) for evaluation. denom: the loss normaliser (answer
-    slots of the batch's blocks); a rank holding part of a global batch passes the global batch's count, so
-    the ranks' losses sum to the global batch's loss."""
+    head and of the uncorrected baseline KL(B_k || A), and how often the most confident still-masked slot of
+    A + C_1 (and of A alone) is the backbone's own next pick: the draft position a verify accepts. denom: the
+    loss normaliser (answer slots of the batch's blocks); a rank holding part of a global batch passes the
+    global batch's count, so the ranks' losses sum to the global batch's loss. pick_weight (ours,
+    mrp_training.pick_loss_weight): adds pick_weight * cross-entropy of that next pick over the block's
+    still-masked slots, scored by their log-confidence under A + C_1 (zmax - logsumexp, the draft rule)."""
     cache = build_head_cache(head, model, batch, block_size, grad=grad_cache)
     lm_head, embed = model.lm_head, model.embed_tokens
     h_A = batch["hidden"][:, 0]
@@ -229,7 +239,8 @@ def mrp_loss(
         denom = batch["answer_mask"].sum().clamp(min=1).float()
     h = h_A
     total = 0.0
-    stats = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
+    stats = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0, pick_hits=0, pick_hits_base=0,
+                 pick_rows=0)  # fmt: skip
     K = min(k_steps, batch["ids"].shape[1] - 1)
     for k in range(1, K + 1):
         ids_k = batch["ids"][:, k]
@@ -244,6 +255,18 @@ def mrp_loss(
         kl = residual_kl(A, C, B_k)
         w = (1.0 / batch["t"])[:, None].expand_as(still)[still]
         total = total + (kl * w).sum() / denom
+        if k == 1 and (pick_weight or with_stats):
+            lc, rows_ok = _pick_log_confidence(A + C, still, mask_id), _picked_rows(still, batch["next_pos"])
+            target = batch["next_pos"][:, None]
+            if pick_weight:
+                ce = -lc.log_softmax(-1).gather(1, target).squeeze(1)[rows_ok]  # (rows,)
+                total = total + pick_weight * ce.sum() / denom
+            if with_stats:
+                with torch.no_grad():
+                    base = _pick_log_confidence(A_full[still], still, mask_id)
+                    stats["pick_hits"] = int((lc.argmax(1) == target[:, 0])[rows_ok].sum())
+                    stats["pick_hits_base"] = int((base.argmax(1) == target[:, 0])[rows_ok].sum())
+                    stats["pick_rows"] = int(rows_ok.sum())
         if with_stats:
             with torch.no_grad():
                 base = residual_kl(A_full[still], torch.zeros_like(B_k), B_k)
@@ -260,6 +283,19 @@ def mrp_loss(
     return (loss, stats) if with_stats else loss
 
 
+def _pick_log_confidence(Z: torch.Tensor, still: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """Z (N_still, V) logits of the still-masked slots -> (B, L) their log-confidence (max log-softmax, [MASK]
+    never a candidate), -inf elsewhere: the score the draft pick (decoding.mrp_modes.draft_pick) maximises."""
+    Z = Z.float().index_fill(1, torch.tensor([mask_id], device=Z.device), float("-inf"))
+    logconf = Z.amax(-1) - torch.logsumexp(Z, -1)
+    return torch.full(still.shape, float("-inf"), device=Z.device).masked_scatter(still, logconf)
+
+
+def _picked_rows(still: torch.Tensor, next_pos: torch.Tensor) -> torch.Tensor:
+    """(B,) rows whose recorded next pick is a still-masked slot (every supervised row; others have none)."""
+    return still.gather(1, next_pos.clamp(min=0)[:, None]).squeeze(1) & (next_pos >= 0)
+
+
 @torch.no_grad()
 def heldout_metrics(
     head, model, data: TrajectoryData, rows: torch.Tensor, k_steps: int, mask_id: int, batch_size: int, device,
@@ -270,7 +306,8 @@ def heldout_metrics(
     every rank returns the single-process numbers (up to summation order)."""
     was = head.training
     head.eval()
-    agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0)
+    agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0, pick_hits=0, pick_hits_base=0,
+               pick_rows=0)  # fmt: skip
     loss_sum, nb = 0.0, 0
     for lo in (d or Dist()).shard(range(0, len(rows), batch_size)):
         b = data.batch(rows[lo : lo + batch_size], device)
@@ -290,7 +327,8 @@ def heldout_summary(loss_sum: float, n_batches: int, agg: dict, d: Dist | None =
         keys = sorted(agg)
         tot = d.all_reduce_sum([loss_sum, n_batches, *(agg[k] for k in keys)])
         loss_sum, n_batches = tot[0], int(tot[1])
-        agg = {k: (int(v) if k in ("n", "n1") else v) for k, v in zip(keys, tot[2:], strict=True)}
+        counts = {"n", "n1", "pick_hits", "pick_hits_base", "pick_rows"}
+        agg = {k: (int(v) if k in counts else v) for k, v in zip(keys, tot[2:], strict=True)}
     return dict(
         heldout_loss=loss_sum / max(n_batches, 1),
         heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
@@ -298,6 +336,12 @@ def heldout_summary(loss_sum: float, n_batches: int, agg: dict, d: Dist | None =
         heldout_kl_step1=agg["kl1_sum"] / max(agg["n1"], 1),
         heldout_baseline_kl_step1=agg["base1_sum"] / max(agg["n1"], 1),
         heldout_slots=agg["n"],
+        # offline only (the online recipe records no next pick): the draft position a verify accepts
+        **(
+            dict(heldout_pick_acc=agg["pick_hits"] / max(agg["pick_rows"], 1),
+                 heldout_pick_acc_baseline=agg["pick_hits_base"] / max(agg["pick_rows"], 1))
+            if "pick_rows" in agg else {}
+        ),
     )
 
 
@@ -338,6 +382,8 @@ def _write_curves(out_dir: Path, curve: list[dict], heldout: list[dict]) -> None
         "heldout_baseline_kl",
         "heldout_kl_step1",
         "heldout_baseline_kl_step1",
+        "heldout_pick_acc",
+        "heldout_pick_acc_baseline",
     ]
     rows = [{"split": "train", **r} for r in curve] + [{"split": "heldout", **r} for r in heldout]
     rows.sort(key=lambda r: (r["step"], r["split"]))
@@ -423,7 +469,8 @@ def train_mrp(
         sched.load_state_dict(st["scheduler"])
         curve, heldout, start = st["curve"], st["heldout"], st["step"]
     bs = tc.batch_size
-    rows_loss = functools.partial(_rows_loss, model=model, k_steps=mc.k_steps, mask_id=mask_id, block_size=L)
+    rows_loss = functools.partial(_rows_loss, model=model, k_steps=mc.k_steps, mask_id=mask_id, block_size=L,
+                                  pick_weight=tc.pick_loss_weight)  # fmt: skip
     loss_of, _ = ddp_loss(head, rows_loss, dd, dev)
     t0 = time.time() - (curve[-1]["elapsed_s"] if curve else 0.0)
     if not heldout and len(held_rows):
@@ -480,8 +527,8 @@ def train_mrp(
     )  # fmt: skip
 
 
-def _rows_loss(head, batch, denom, *, model, k_steps, mask_id, block_size):
-    return mrp_loss(head, model, batch, k_steps, mask_id, block_size, denom=denom)
+def _rows_loss(head, batch, denom, *, model, k_steps, mask_id, block_size, pick_weight):
+    return mrp_loss(head, model, batch, k_steps, mask_id, block_size, denom=denom, pick_weight=pick_weight)
 
 
 def finish_on_main(d: Dist, *args, **kwargs) -> dict:
@@ -509,6 +556,8 @@ def finish_training(profile, out: Path, head, model, curve, heldout, bb_hash, so
         heldout_kl_step1=last.get("heldout_kl_step1"),
         heldout_baseline_kl_step1=last.get("heldout_baseline_kl_step1"),
         heldout_loss=last.get("heldout_loss"),
+        heldout_pick_acc=last.get("heldout_pick_acc"),  # offline recipe only: see mrp_loss
+        heldout_pick_acc_baseline=last.get("heldout_pick_acc_baseline"),
         head_parameters=sum(p.numel() for p in head.parameters()),
         backbone_parameters=sum(p.numel() for p in model.parameters()),
         backbone_hash=bb_hash,

@@ -348,6 +348,11 @@ def train_online(
         out.mkdir(parents=True, exist_ok=True)
     model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
     mc, tc = profile.mrp, profile.mrp_training
+    if tc.pick_loss_weight:
+        raise ConfigError(
+            f"mrp_training.pick_loss_weight={tc.pick_loss_weight} needs the backbone's recorded next picks, which "
+            "the online recipe does not have; set mrp_training.recipe: offline, or pick_loss_weight: 0"
+        )
     dev = model.lm_head.weight.device
     for p in model.parameters():
         p.requires_grad_(False)
