@@ -30,7 +30,8 @@ import pandas as pd
 __all__ = ["COLUMNS", "VARIANTS", "drafter_table", "variant_name", "parse_variant", "main"]
 
 #: the comparison of record: the profile's head, the paper's recipe, the next-pick loss, a 3-step chain
-VARIANTS = ({}, {"mrp.train_source": "gt"}, {"mrp_training.pick_loss_weight": 0.3}, {"mrp.k_steps": 3})
+VARIANTS = ({}, {"trajectories.sources": ["gt"], "mrp.train_source": "gt"}, {"mrp_training.pick_loss_weight": 0.3},
+            {"mrp.k_steps": 3})  # fmt: skip
 
 
 def variant_name(overrides: dict) -> str:
