@@ -185,3 +185,20 @@ def test_direct_and_naive_lookahead_tpf():
         assert res.tokens == want.tokens
         for s in res.stats:
             assert s.denoise_forwards == 2 * -(-6 // K) and s.mrp_forwards == 0
+
+
+@pytest.mark.parametrize("rule", REMASK_RULES)
+def test_every_remask_rule_decodes_in_bf16_with_its_trace(rule):
+    """bf16 (the GPU's dtype) through every rule, as notebook 07's trajectory does (the bf16 notebook run covers
+    the tau rule only): no [MASK] left, at most max_new tokens, and a trace of int events, revocations included."""
+    from mrp_repro.decoding.mismatch import random_backbone, random_head
+
+    m, h = random_backbone(5, torch.bfloat16), random_head(6, torch.bfloat16)
+    ps = prompts(6, seed=3)
+    res = generate(m, ps, Remask(0.05, rule, head=h), 4, MASK, [MASK], 12, pad_id=PAD)
+    assert all(MASK not in t and len(t) == 12 for t in res.tokens)
+    kinds = {e["kind"] for e in res.trace}
+    assert all(isinstance(e["token"], int) and isinstance(e["pos"], int) for e in res.trace)
+    assert all(s.mrp_forwards > 0 for s in res.stats)
+    if rule != "tau":  # tau revokes only where the corrected logits are flatter than tau (not with this head)
+        assert "revoke" in kinds and sum(s.revoked for s in res.stats) > 0, kinds

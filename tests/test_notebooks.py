@@ -200,12 +200,18 @@ def test_every_notebook_runs_the_sdar_path_on_sdar_mini(kernel, tmp_path):
 def test_sdar_mini_decodes_in_bf16(kernel, tmp_path):
     """MRP_REPRO_DTYPE=bfloat16 through the notebooks that train and decode: 04 (online training beside the bf16
     backbone; the released head in bf16) and 05 (every mode's grid: static, dynamic, speculative, direct, naive,
-    remask) and 07 (a remasking trace). 01 and 06 only reload and tabulate, as in fp32 (kept out: CI budget)."""
-    figs = _run_sdar(["04_train_mrp", "05_speculative", "07_remasking"], tmp_path, "bfloat16")
+    remask). 01, 06 and 07 reload and tabulate what those wrote, as in fp32 (kept out: CI budget); 07's remasking
+    trace in bf16, for every rule, is tests/test_mrp_modes.py::test_every_remask_rule_decodes_in_bf16_with_its_trace."""
+    figs = _run_sdar(["04_train_mrp", "05_speculative"], tmp_path, "bfloat16")
     import pandas as pd
+
+    from mrp_repro.measure.schema import MODES
 
     head = pd.read_csv(figs / "mrp_head.csv").set_index("key")["value"]
     assert head["dtype"] == "torch.bfloat16"
+    modes = pd.read_csv(figs / "modes.csv")
+    assert set(modes["mode"]) == set(MODES) and set(modes["benchmark"]) == {"gsm8k", "math500", "humaneval", "mbpp"}
+    assert modes.loc[modes["mode"] == "speculative", "lossless"].all()  # token-identical to static in bf16
 
 
 def test_reproduce_names_the_failing_cell(tmp_path):
