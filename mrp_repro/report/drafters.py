@@ -50,8 +50,9 @@ def parse_variant(text: str) -> dict:
         out[key.strip()] = yaml.safe_load(value)
     return out
 
-COLUMNS = ["task", "K", "variant", "tpf_mrp", "tpf_oracle", "tpf_naive", "tpf_share_of_oracle",
-           "heldout_pick_acc", "heldout_pick_acc_baseline", "heldout_kl", "heldout_baseline_kl"]  # fmt: skip
+#: read from the head's metrics.json (training/mrp.py)
+HEAD_METRICS = ("heldout_pick_acc", "heldout_pick_acc_baseline", "heldout_kl", "heldout_baseline_kl")
+COLUMNS = ["task", "K", "variant", "tpf_mrp", "tpf_oracle", "tpf_naive", "tpf_share_of_oracle", *HEAD_METRICS]
 
 
 def _tpf(backbone, prompts, policy, max_new: int, batch: int) -> float:
@@ -91,7 +92,7 @@ def drafter_table(profile, backbone, variants: Sequence[dict] = VARIANTS, n_prom
                 mrp = _tpf(backbone, ps, Speculative(K, "mrp", head=head), d.max_new_tokens, d.batch_size)
                 rows.append(dict(task=task, K=K, variant=variant_name(overrides), tpf_mrp=mrp, tpf_oracle=oracle,
                                  tpf_naive=naive, tpf_share_of_oracle=mrp / oracle,
-                                 **{c: m[c] for c in COLUMNS[-4:]}))  # fmt: skip
+                                 **{c: m[c] for c in HEAD_METRICS}))  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -239,8 +239,7 @@ def mrp_loss(
         denom = batch["answer_mask"].sum().clamp(min=1).float()
     h = h_A
     total = 0.0
-    stats = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0, pick_hits=0, pick_hits_base=0,
-                 pick_rows=0)  # fmt: skip
+    stats = _zero_stats()
     K = min(k_steps, batch["ids"].shape[1] - 1)
     for k in range(1, K + 1):
         ids_k = batch["ids"][:, k]
@@ -283,6 +282,15 @@ def mrp_loss(
     return (loss, stats) if with_stats else loss
 
 
+#: mrp_loss's slot statistics: counts (all-reduced back to ints) and sums
+_STAT_COUNTS = ("n", "n1", "pick_hits", "pick_hits_base", "pick_rows")
+_STAT_SUMS = ("kl_sum", "base_sum", "kl1_sum", "base1_sum")
+
+
+def _zero_stats() -> dict:
+    return {**dict.fromkeys(_STAT_SUMS, 0.0), **dict.fromkeys(_STAT_COUNTS, 0)}
+
+
 def _pick_log_confidence(Z: torch.Tensor, still: torch.Tensor, mask_id: int) -> torch.Tensor:
     """Z (N_still, V) logits of the still-masked slots -> (B, L) their log-confidence (max log-softmax, [MASK]
     never a candidate), -inf elsewhere: the score the draft pick (decoding.mrp_modes.draft_pick) maximises."""
@@ -292,8 +300,8 @@ def _pick_log_confidence(Z: torch.Tensor, still: torch.Tensor, mask_id: int) -> 
 
 
 def _picked_rows(still: torch.Tensor, next_pos: torch.Tensor) -> torch.Tensor:
-    """(B,) rows whose recorded next pick is a still-masked slot (every supervised row; others have none)."""
-    return still.gather(1, next_pos.clamp(min=0)[:, None]).squeeze(1) & (next_pos >= 0)
+    """(B,) rows whose recorded next pick is a still-masked slot: every supervised row (n_steps >= 1)."""
+    return still.gather(1, next_pos[:, None]).squeeze(1)
 
 
 @torch.no_grad()
@@ -306,8 +314,7 @@ def heldout_metrics(
     every rank returns the single-process numbers (up to summation order)."""
     was = head.training
     head.eval()
-    agg = dict(kl_sum=0.0, base_sum=0.0, n=0, kl1_sum=0.0, base1_sum=0.0, n1=0, pick_hits=0, pick_hits_base=0,
-               pick_rows=0)  # fmt: skip
+    agg = _zero_stats()
     loss_sum, nb = 0.0, 0
     for lo in (d or Dist()).shard(range(0, len(rows), batch_size)):
         b = data.batch(rows[lo : lo + batch_size], device)
@@ -327,8 +334,7 @@ def heldout_summary(loss_sum: float, n_batches: int, agg: dict, d: Dist | None =
         keys = sorted(agg)
         tot = d.all_reduce_sum([loss_sum, n_batches, *(agg[k] for k in keys)])
         loss_sum, n_batches = tot[0], int(tot[1])
-        counts = {"n", "n1", "pick_hits", "pick_hits_base", "pick_rows"}
-        agg = {k: (int(v) if k in counts else v) for k, v in zip(keys, tot[2:], strict=True)}
+        agg = {k: (int(v) if k in _STAT_COUNTS else v) for k, v in zip(keys, tot[2:], strict=True)}
     return dict(
         heldout_loss=loss_sum / max(n_batches, 1),
         heldout_kl=agg["kl_sum"] / max(agg["n"], 1),
