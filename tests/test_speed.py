@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from mrp_repro.mrp import MRPHead
@@ -23,9 +24,34 @@ def test_speed_table_and_head_breakdown(smoke_profile):
     assert (df["wall_s"] > 0).all() and (df["speedup"] > 0).all()
     spec = df[df["policy"].str.startswith("speculative")]
     assert spec["predicted"].map(math.isfinite).all() and (spec["tpf_vs_oracle"] <= 1.0 + 1e-9).all()
+    assert (spec["predicted"] <= spec["ceiling"] + 1e-9).all()  # no drafter beats the oracle at the same costs
     up = df[df["engine"] == "upstream"].set_index(["batch", "policy"])["forwards"]
     fu = df[df["engine"] == "fused"].set_index(["batch", "policy"])["forwards"]
     assert (fu < up).all()  # every fused run saves at least one commit forward
     assert (df[df["engine"] == "fused"]["s_commit"] <= df[df["engine"] == "upstream"]["s_commit"].to_numpy()).all()
     hb = head_breakdown(bb.model, head, bb.block_size, repeats=3)
     assert hb["step_forwards"] > 0 and all(math.isfinite(v) and v >= 0 for v in hb.values())
+
+
+def test_targets_table_judges_each_target_on_its_own_row():
+    import pandas as pd
+
+    from mrp_repro.report.speed import TARGETS, targets_table
+
+    def row(K, **kw):
+        base = dict(task="t", batch=1, engine="fused", policy=f"speculative({K},mrp)", speedup=1.5, predicted=1.45,
+                    tpf_vs_oracle=0.96, head_cost=0.1, lossless=True, ceiling=1.7)  # fmt: skip
+        return {**base, **kw}
+
+    df = pd.DataFrame([row(3), row(5, tpf_vs_oracle=0.85), dict(row(3), batch=32, speedup=0.5)])
+    t = targets_table(df).set_index("target")
+    assert len(t) == len(TARGETS) and t["met"].sum() == len(TARGETS) - 1
+    assert not t.loc["TPF >= 90% of the oracle at K=5", "met"]  # read from the K=5 row, not K=3's 0.96
+    assert t.loc["speculative K=3 >= 1.4x static", "value"] == 1.5  # the batch-32 row is not judged
+    assert t.loc["measured within 10% of the cost model", "met"]
+    slow = targets_table(pd.DataFrame([row(3, speedup=1.2), row(5)])).set_index("target")
+    assert not slow.loc["measured within 10% of the cost model", "met"]  # 1.2 / 1.45 = 0.83
+    with pytest.raises(KeyError, match="speculative\\(5,mrp\\)"):
+        targets_table(pd.DataFrame([row(3)]))
+    with pytest.raises(KeyError, match="ceiling"):
+        targets_table(pd.DataFrame([row(3)]).drop(columns="ceiling"))

@@ -1,6 +1,6 @@
 """Wall-clock speed of speculative decoding against static, on a profile's trained backbone and head (issue 14).
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile tiny            # 64 prompts per task
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile tiny --out figures/tiny   # 64 per task
     OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile smoke --n 16 --repeats 3
     from mrp_repro.report.speed import speed_table, head_breakdown
 
@@ -8,9 +8,11 @@ Per task: one prompt at a time (and --batch rows at a time), static(1) and specu
 with the upstream engine (every commit its own forward) and with fuse_commit=True, interleaved in one process,
 median wall time of --repeats passes (trace off). Columns: wall_s, speedup (static of the same engine / this),
 predicted (the cost model, measure/cost.py, at the same batch: static forwards / (forwards - rounds + rounds *
-verify_cost + head calls * head_cost)), tpf and tpf_vs_oracle (speculative(K, oracle) is the ceiling),
-lossless (tokens identical to static on every prompt), and a breakdown of one instrumented pass: seconds in
-block forwards, verifies, commits, head steps, head commits, and outside model calls.
+verify_cost + head calls * head_cost)), ceiling (the same costs at the oracle's TPF: report.shapes), tpf and
+tpf_vs_oracle (speculative(K, oracle) is the ceiling), lossless (tokens identical to static on every prompt), and
+a breakdown of one instrumented pass: seconds in block forwards, verifies, commits, head steps, head commits, and
+outside model calls. targets_table checks the batch-1 rows against issue 14's TARGETS; speed.md holds the three
+tables (speed, targets, the head step's parts).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from mrp_repro.decoding import Speculative, Static
 
-__all__ = ["speed_table", "head_breakdown", "main"]
+__all__ = ["TARGETS", "speed_table", "targets_table", "head_breakdown", "main"]
 
 # Model entry points timed by the instrumented pass, by kind.
 BACKBONE_CALLS = {"forward_block": "block", "forward_candidates": "verify", "commit_block": "commit",
@@ -87,6 +89,7 @@ def _sum(stats, name):
 def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: int = 3, max_new: int | None = None):
     """prompts: {task: [token ids]} -> one row per (task, batch, engine, policy)."""
     from mrp_repro.measure.cost import cost_model
+    from mrp_repro.report.shapes import ceiling_speedup
 
     max_new = max_new or 24
     rows = []
@@ -128,6 +131,7 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                             row["forwards"] - row["rounds"] + row["rounds"] * vc + row["mrp_forwards"] * cm["head_cost"]
                         )
                         row["predicted"] = static_fw / pred_t
+                        row["ceiling"] = ceiling_speedup(bb.block_size, pol.K, vc, cm["head_cost"])
                         _, so = _run(bb, ps, Speculative(pol.K, "oracle"), max_new, batch, fuse)
                         row["tpf_vs_oracle"] = row["tpf"] / (_sum(so, "tokens") / max(_sum(so, "denoise_forwards"), 1))
                         row["verify_cost"] = vc
@@ -137,6 +141,41 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                         row[f"s_{kind}"] = timer.t.get(kind, 0.0)
                     row["s_outside"] = total - sum(timer.t.values())
                     rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: issue 14's targets, one prompt at a time: (target, K, the row's value, passes)
+TARGETS = (
+    ("speculative K=3 >= 1.4x static", 3, lambda r: r.speedup, lambda v: v >= 1.4),
+    ("measured within 10% of the cost model", 3, lambda r: r.speedup / r.predicted, lambda v: abs(v - 1) <= 0.1),
+    ("TPF >= 95% of the oracle at K=3", 3, lambda r: r.tpf_vs_oracle, lambda v: v >= 0.95),
+    ("TPF >= 90% of the oracle at K=5", 5, lambda r: r.tpf_vs_oracle, lambda v: v >= 0.90),
+    ("head step <= 0.12 forwards", 3, lambda r: r.head_cost, lambda v: v <= 0.12),
+    ("lossless on every prompt", 3, lambda r: float(r.lossless), lambda v: v == 1.0),
+)
+
+
+def targets_table(df: pd.DataFrame) -> pd.DataFrame:
+    """speed_table rows at batch 1 -> one row per (task, engine, target): value, met, and `ceiling` (the
+    speedup at the oracle's TPF with the same verify and head costs, report.shapes.ceiling_speedup)."""
+    need = ["task", "batch", "engine", "policy", "speedup", "predicted", "tpf_vs_oracle", "head_cost", "lossless",
+            "ceiling"]  # fmt: skip
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise KeyError(f"targets_table needs speed_table column(s) {', '.join(missing)}")
+    one = df[df["batch"] == 1]
+    if one.empty:
+        raise ValueError("targets_table: no batch-1 rows (run speed_table with 1 in batches)")
+    rows = []
+    for (task, engine), g in one.groupby(["task", "engine"], sort=False):
+        by_policy = {p: r for p, r in zip(g["policy"], g.itertuples(), strict=True)}
+        for target, K, value, passes in TARGETS:
+            r = by_policy.get(f"speculative({K},mrp)")
+            if r is None:
+                raise KeyError(f"targets_table: no speculative({K},mrp) row for {task}/{engine}")
+            v = float(value(r))
+            rows.append(dict(task=task, engine=engine, target=target, value=v, met=bool(passes(v)),
+                             ceiling=float(r.ceiling)))  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -219,22 +258,26 @@ def main(argv=None) -> None:
     max_new = P.decoding.max_new_tokens
     df = speed_table(bb, head, prompts, a.Ks, a.batches, a.repeats, max_new)
     hb = head_breakdown(bb.model, head, bb.block_size)
-    pd.set_option("display.width", 250)
-    cols = ["task", "batch", "engine", "policy", "wall_s", "speedup", "predicted", "tpf", "tpf_vs_oracle",
-            "lossless", "forwards", "s_block", "s_fused", "s_verify", "s_commit", "s_head_step", "s_head_commit",
-            "s_outside"]  # fmt: skip
+    cols = ["task", "batch", "engine", "policy", "wall_s", "speedup", "predicted", "ceiling", "tpf", "tpf_vs_oracle",
+            "lossless", "forwards", "verify_cost", "head_cost", "s_block", "s_fused", "s_verify", "s_commit",
+            "s_head_step", "s_head_commit", "s_outside"]  # fmt: skip
     table = df[[c for c in cols if c in df]]
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print("head step at batch 1 (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in hb.items()))
+    from mrp_repro.report.tables import format_table, markdown
+
+    parts = {"speed": table}
+    if 1 in a.batches:
+        parts["targets"] = targets_table(df)
+    parts["head step at batch 1 (ms; step_forwards: step_total / forward)"] = pd.DataFrame([hb])
+    text = "\n\n".join(f"## {name}\n\n" + markdown(format_table(t, 3)) for name, t in parts.items())
+    print(text)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(a.out / "speed.csv", index=False)
-        from mrp_repro.report.tables import markdown
-
-        md = markdown(table)
-        (a.out / "speed.md").write_text(
-            md + "\n\nhead step at batch 1: " + str({k: round(v, 4) for k, v in hb.items()})
+        note = (
+            f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s). "
+            "predicted: the cost model on this run's counts; ceiling: the same costs at the oracle's TPF."
         )
+        (a.out / "speed.md").write_text(text + f"\n{note}\n")
     if not math.isfinite(hb["step_forwards"]):
         sys.exit("speed: head timing failed")
 
