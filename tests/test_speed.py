@@ -2,6 +2,7 @@
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -34,8 +35,6 @@ def test_speed_table_and_head_breakdown(smoke_profile):
 
 
 def test_targets_table_judges_each_target_on_its_own_row():
-    import pandas as pd
-
     from mrp_repro.report.speed import TARGETS, targets_table
 
     def row(K, **kw):
@@ -55,3 +54,21 @@ def test_targets_table_judges_each_target_on_its_own_row():
         targets_table(pd.DataFrame([row(3)]))
     with pytest.raises(KeyError, match="ceiling"):
         targets_table(pd.DataFrame([row(3)]).drop(columns="ceiling"))
+
+
+def test_main_writes_the_three_tables(smoke_profile, tmp_path, monkeypatch):
+    from mrp_repro.report import speed
+    from mrp_repro.stages import random_backbone
+
+    def load(profile):
+        bb = random_backbone(profile, std=0.3)
+        return bb, MRPHead(bb.model.config, 1).init_weights("normal", 0.3, torch.Generator().manual_seed(0)).eval()
+
+    monkeypatch.setattr(speed, "_load", load)
+    speed.main(["--profile", "smoke", "--n", "2", "--repeats", "1", "--Ks", "3", "5", "--batches", "1",
+                "--out", str(tmp_path)])  # fmt: skip
+    md = (tmp_path / "speed.md").read_text()
+    assert [ln for ln in md.splitlines() if ln.startswith("## ")] == [
+        "## speed", "## targets", "## head step at batch 1 (ms; step_forwards: step_total / forward)"]  # fmt: skip
+    assert md.count("| synth-math | fused | lossless on every prompt | 1.000 | True |") == 1
+    assert len(pd.read_csv(tmp_path / "speed.csv")) == 2 * 2 * 3  # tasks x engines x (static, K=3, K=5)

@@ -1,7 +1,7 @@
 """Wall-clock speed of speculative decoding against static, on a profile's trained backbone and head (issue 14).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile tiny --out figures/tiny   # 64 per task
-    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile smoke --n 16 --repeats 3
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile smoke --n 16 --repeats 3 --compile
     from mrp_repro.report.speed import speed_table, head_breakdown
 
 Per task: one prompt at a time (and --batch rows at a time), static(1) and speculative(K, mrp) for each K, each
@@ -247,12 +247,17 @@ def main(argv=None) -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="write speed.csv and speed.md here")
+    ap.add_argument("--compile", action="store_true", help="torch.compile backbone and head (model.compile_model)")
     a = ap.parse_args(argv)
     if a.repeats < 1 or a.n < 1:
         sys.exit("speed: --repeats and --n must be >= 1")
     torch.set_num_threads(a.threads)
     P = load_profile(a.profile)
     bb, head = _load(P)
+    if a.compile:
+        from mrp_repro.model import compile_model
+
+        compile_model(bb.model, head)  # the first pass of each setting compiles; medians take the later ones
     tasks = list(P.data.tasks)
     prompts = {t: encode_prompts(bb, eval_problems(P, t, a.n))[: a.n] for t in tasks}
     max_new = P.decoding.max_new_tokens
@@ -274,7 +279,8 @@ def main(argv=None) -> None:
         a.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(a.out / "speed.csv", index=False)
         note = (
-            f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s). "
+            f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s)"
+            f"{', compiled' if a.compile else ''}. "
             "predicted: the cost model on this run's counts; ceiling: the same costs at the oracle's TPF."
         )
         (a.out / "speed.md").write_text(text + f"\n{note}\n")
