@@ -35,6 +35,19 @@ def test_oracle_block_by_hand():
         oracle_block(0, 3)
 
 
+def test_head_flop_share_counts_linear_weights():
+    from mrp_repro.model import ModelConfig, SDARModel
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.report.shapes import head_flop_share, linear_macs
+
+    cfg = ModelConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_layers=4, num_heads=2, num_kv_heads=1,
+                      head_dim=8)  # fmt: skip
+    layer = 16 * (2 * 8 + 2 * 1 * 8) + 2 * 8 * 16 + 3 * 16 * 32  # q, k, v | o | gate, up, down
+    model, head = SDARModel(cfg), MRPHead(cfg, 1)
+    assert linear_macs(model) == 4 * layer + 16 * 40
+    assert head_flop_share(model, head) == (2 * 16 * 16 + layer + 16 * 40) / (4 * layer + 16 * 40)
+
+
 def test_shape_table_on_smoke(smoke_profile):
     threads = torch.get_num_threads()
     df = shape_table(smoke_profile, [{}, {"block_size": 4, "model.num_layers": 3}], Ks=[3], train_steps=2, repeats=2)
@@ -46,3 +59,4 @@ def test_shape_table_on_smoke(smoke_profile):
     for r in df.itertuples():
         assert math.isclose(r.ceiling_speedup, ceiling_speedup(r.block_size, r.K, r.verify_cost, r.head_cost))
         assert math.isclose(r.train_min, r.train_step_s * smoke_profile.backbone_training.steps / 60)
+    assert df["head_flop_share"].iloc[1] < df["head_flop_share"].iloc[0]  # a 3-layer backbone next to a 1-layer head

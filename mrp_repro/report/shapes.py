@@ -11,7 +11,8 @@ A shape is a set of profile overrides ({} = the profile as it is). Per shape, on
 not depend on the values): the backbone's training step (the real train_backbone path at the profile's batch and
 threads, over the shape's own synthetic sequences; median of the steps after the first) and the whole training
 it implies (backbone_training.steps of them); and at batch 1, one thread, the cost model (measure/cost.py): one
-forward_block, a packed verify of K candidates and one head step (lm_head included), as ratios to the forward.
+forward_block, a packed verify of K candidates and one head step (lm_head included), as ratios to the forward,
+beside the head's share of the linear FLOPs (head_flop_share: what the ratio tends to once per-call overhead is gone).
 From those, the oracle's ceiling: every draft accepted, a block of b tokens takes one seed forward and a verify
 for every round of min(K, masked) drafts that does not finish the block (oracle_block, the loop of
 decoding.mrp_modes.Speculative), and the predicted speedup over static at that ceiling, per block in upstream's
@@ -31,7 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["SHAPES", "COLUMNS", "oracle_block", "ceiling_speedup", "train_step_seconds", "shape_table", "main"]
+__all__ = ["SHAPES", "COLUMNS", "oracle_block", "ceiling_speedup", "linear_macs", "head_flop_share",
+           "train_step_seconds", "shape_table", "main"]  # fmt: skip
 
 #: the tiny comparison: the profile, block 16 (the paper's), twice the depth, twice the depth at 2/3 the width
 SHAPES = (
@@ -42,7 +44,8 @@ SHAPES = (
 )
 
 COLUMNS = ["shape", "block_size", "num_layers", "hidden_size", "params_m", "train_step_s", "train_min", "forward_ms",
-           "K", "verify_cost", "head_cost", "oracle_tpf", "oracle_head_steps", "ceiling_speedup"]  # fmt: skip
+           "K", "verify_cost", "head_cost", "head_flop_share", "oracle_tpf", "oracle_head_steps",
+           "ceiling_speedup"]  # fmt: skip
 
 
 def oracle_block(block: int, K: int) -> dict:
@@ -66,6 +69,17 @@ def ceiling_speedup(block: int, K: int, verify_cost: float, head_cost: float) ->
     """Static's time over speculative's at the oracle ceiling, per block, in forwards (upstream's accounting)."""
     o = oracle_block(block, K)
     return (block + 1) / (2 + o["verifies"] * verify_cost + o["head_steps"] * head_cost)
+
+
+def linear_macs(module: torch.nn.Module) -> int:
+    """Multiply-adds per token of `module`'s linear layers (their weights' sizes): the FLOPs that scale with
+    width and depth, attention scores left out (at a few blocks of context they are a small part)."""
+    return sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
+
+
+def head_flop_share(model, head) -> float:
+    """One head step's linear FLOPs (eh_proj, its layers, the shared lm_head) over one backbone forward's."""
+    return (linear_macs(head) + model.lm_head.weight.numel()) / linear_macs(model)
 
 
 def train_step_seconds(profile, steps: int = 6) -> float:
@@ -120,13 +134,14 @@ def shape_table(profile, shapes: Sequence[dict] = SHAPES, Ks: Sequence[int] | No
                 cm = cost_model(model, head, batch=1, block=P.block_size, Ks=Ks, repeats=repeats)
         finally:
             set_num_threads(threads)
+        flop_share = head_flop_share(model, head)
         for K in Ks:
             o = oracle_block(P.block_size, K)
             vc = cm["verify_cost"][K]
             rows.append(dict(shape=variant_name(overrides), block_size=P.block_size, num_layers=P.model.num_layers,
                              hidden_size=P.model.hidden_size, params_m=params / 1e6, train_step_s=step_s,
                              train_min=step_s * P.backbone_training.steps / 60, forward_ms=1e3 * cm["t_forward_s"],
-                             K=K, verify_cost=vc, head_cost=cm["head_cost"],
+                             K=K, verify_cost=vc, head_cost=cm["head_cost"], head_flop_share=flop_share,
                              oracle_tpf=P.block_size / o["forwards"], oracle_head_steps=o["head_steps"],
                              ceiling_speedup=ceiling_speedup(P.block_size, K, vc, cm["head_cost"])))  # fmt: skip
     df = pd.DataFrame(rows, columns=COLUMNS)
