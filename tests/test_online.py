@@ -215,3 +215,12 @@ def test_missing_sft_source_names_both_ways(tmp_path):
 
     with pytest.raises(UserError, match="hub dataset id.*local directory"):
         train_online(_profile(tmp_path / "nowhere"), _bb(), tmp_path / "o", progress=False)
+
+
+def test_step_cost_cli_refuses_a_hub_profile_with_the_python_call_to_use():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "mrp_repro.training.online", "--profile", "sdar-mini"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 1 and "step_cost(P, stages.backbone(P))" in r.stderr and "'sdar-mini'" in r.stderr

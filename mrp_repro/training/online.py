@@ -1,6 +1,6 @@
 """Train the MRP head online, the paper's recipe (METHOD.md §2 "Training (paper)"), on packed chat SFT data.
 
-    .venv/bin/python -m mrp_repro.stages head --profile sdar-1.7b     # mrp_training.recipe: online (once wired)
+    .venv/bin/python -m mrp_repro.stages head --profile sdar-1.7b     # mrp_training.recipe: online
 
     from mrp_repro.training.online import train_online
     metrics = train_online(profile, backbone, out_dir)                 # same artifacts as training.mrp.train_mrp
@@ -533,6 +533,12 @@ if __name__ == "__main__":
     if a.k_steps:
         over["mrp.k_steps"] = a.k_steps
     P = load_profile(a.profile, over)
+    if P.model.source != "scratch":  # training/ sits below stages, which loads hub backbones: no import here
+        raise SystemExit(
+            f"this command times a random scratch backbone; profile {P.name!r} loads a {P.model.source} one. From "
+            "Python: from mrp_repro import stages; from mrp_repro.training.online import step_cost; "
+            f"step_cost(P, stages.backbone(P)) with P = load_profile({P.name!r}, {over})"
+        )
     # A random scratch backbone of the profile's shape (as stages.random_backbone; training/ sits below
     # stages): the cost does not depend on the weights.
     tok = make_tokenizer()
