@@ -2,6 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile tiny --out figures/tiny   # 64 per task
     OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile smoke --n 16 --repeats 3 --compile
+    OMP_NUM_THREADS=1 .venv/bin/python -m mrp_repro.report.speed --profile tiny --out figures/tiny \
+        --name speed_block16 --set block_size=16,backbone_training.seq_len=80,decoding.max_new_tokens=48  # BLOCK_16
     from mrp_repro.report.speed import speed_table, head_breakdown
 
 Per task: one prompt at a time (and --batch rows at a time), static(1) and speculative(K, mrp) for each K, each
@@ -241,6 +243,8 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--set", default="", help="profile overrides key=value,... (trains that backbone if missing)")
+    ap.add_argument("--name", default="speed", help="file stem under --out")
     ap.add_argument("--n", type=int, default=64, help="prompts per task")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--Ks", type=int, nargs="+", default=[3, 5])
@@ -252,7 +256,9 @@ def main(argv=None) -> None:
     if a.repeats < 1 or a.n < 1:
         sys.exit("speed: --repeats and --n must be >= 1")
     torch.set_num_threads(a.threads)
-    P = load_profile(a.profile)
+    from mrp_repro.report.drafters import parse_variant
+
+    P = load_profile(a.profile, parse_variant(a.set))
     bb, head = _load(P)
     if a.compile:
         from mrp_repro.model import compile_model
@@ -277,13 +283,13 @@ def main(argv=None) -> None:
     print(text)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(a.out / "speed.csv", index=False)
+        df.to_csv(a.out / f"{a.name}.csv", index=False)
         note = (
             f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s)"
-            f"{', compiled' if a.compile else ''}. "
+            f"{', compiled' if a.compile else ''}{'; profile overrides ' + a.set if a.set else ''}. "
             "predicted: the cost model on this run's counts; ceiling: the same costs at the oracle's TPF."
         )
-        (a.out / "speed.md").write_text(text + f"\n{note}\n")
+        (a.out / f"{a.name}.md").write_text(text + f"\n{note}\n")
     if not math.isfinite(hb["step_forwards"]):
         sys.exit("speed: head timing failed")
 
