@@ -28,3 +28,25 @@ def test_modes_report_table(smoke_profile):
     assert df.loc[df["setting"] == "static(1)", "speedup"].item() == 1.0
     assert "predicted_speedup" in df and "Cost model" in cost_note(df.attrs["cost_model"])
     assert "[" in markdown(format_table(df))
+
+
+def test_cost_model_ratios_are_taken_within_each_repeat(monkeypatch):
+    """A machine that slows down by a third over the run: each ratio is still exact, since its two sides are timed
+    back to back in every repeat (a fake clock; the times themselves drift)."""
+    import mrp_repro.measure.cost as cost
+
+    clock = {"t": 0.0, "calls": 0}
+    monkeypatch.setattr(cost.time, "perf_counter", lambda: clock["t"])
+
+    def work(seconds):
+        def f():
+            clock["calls"] += 1
+            clock["t"] += seconds * (1 + clock["calls"] / 100)  # ever slower
+
+        return f
+
+    t = cost._interleaved({"forward": work(1.0), "verify": work(1.2), "head": work(0.2)}, torch.device("cpu"), 9)
+    assert clock["calls"] == 3 + 3 * 9  # one warm-up each, then 9 interleaved rounds
+    assert t["forward"][1] == 1.0
+    assert abs(t["verify"][1] - 1.2) < 0.02 and abs(t["head"][1] - 0.2) < 0.01  # drift within one round only
+    assert t["verify"][0] > 1.2 * 1.1  # the median time itself drifted

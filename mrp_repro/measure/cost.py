@@ -28,21 +28,27 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def _timed(fn, dev, repeats=5) -> float:
-    fn()
-    ts = []
+def _interleaved(fns: dict, dev, repeats: int) -> dict:
+    """Median seconds of each of `fns`, timed in turn inside every repeat (after one warm-up call each), and the
+    median per-repeat ratio of each to the first: a slow stretch of the machine then hits both sides of a ratio."""
+    for f in fns.values():
+        f()
+    ts = {k: [] for k in fns}
     for _ in range(repeats):
-        _sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        _sync(dev)
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+        for k, f in fns.items():
+            _sync(dev)
+            t0 = time.perf_counter()
+            f()
+            _sync(dev)
+            ts[k].append(time.perf_counter() - t0)
+    base = np.asarray(ts[next(iter(fns))])
+    return {k: (float(np.median(v)), float(np.median(np.asarray(v) / base))) for k, v in ts.items()}
 
 
 @torch.no_grad()
 def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4, repeats: int = 5) -> dict:
-    """Measured wall-time ratios to one forward_block at `batch` rows: verify_cost[K], head_cost."""
+    """Measured wall-time ratios to one forward_block at `batch` rows: verify_cost[K], head_cost (each the
+    median over `repeats` rounds that time the forward, every verify and the head step in turn)."""
     dev = model.lm_head.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -54,19 +60,18 @@ def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4,
     kv = torch.ones(batch, C, dtype=torch.bool, device=dev)
     cache = model.new_cache(batch, C)
     out = model.prefill(ctx, cpos, kv, cache, block)
-    t1 = _timed(lambda: model.forward_block(ids, pos, cache), dev, repeats)
-    res = {"t_forward_s": t1, "verify_cost": {}}
+    fns = {"forward": lambda: model.forward_block(ids, pos, cache)}
     for K in Ks:
         cand = ids[:, None].expand(batch, K, block).contiguous()
-        res["verify_cost"][K] = _timed(lambda c=cand: model.forward_candidates(c, pos, cache), dev, repeats) / t1
-    res["head_cost"] = math.nan
+        fns[K] = lambda c=cand: model.forward_candidates(c, pos, cache)
     if head is not None:
         hcache = head.new_cache(batch, C)
         head.commit(out.hidden, ctx, cpos, model.embed_tokens, hcache, key_valid=kv, block_size=block)
         h = model.forward_block(ids, pos, cache).hidden
-        step = lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache))  # noqa: E731
-        res["head_cost"] = _timed(step, dev, repeats) / t1
-    return res
+        fns["head"] = lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache))
+    t = _interleaved(fns, dev, repeats)
+    return {"t_forward_s": t["forward"][0], "verify_cost": {K: t[K][1] for K in Ks},
+            "head_cost": t["head"][1] if head is not None else math.nan}  # fmt: skip
 
 
 def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:

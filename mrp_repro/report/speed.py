@@ -187,7 +187,7 @@ def head_breakdown(model, head, block: int, batch: int = 1, context_blocks: int 
     embed, the input projection (enorm, hnorm, concat, eh_proj), rope + mask, the decoder layer(s), the final
     norm, lm_head over the block, and the pick (draft_pick; pick_static: the backbone's rule, as before)."""
     from mrp_repro.decoding.mrp_modes import draft_pick, static_pick
-    from mrp_repro.measure.cost import _timed
+    from mrp_repro.measure.cost import _interleaved
 
     dev = model.lm_head.weight.device
     V, C = model.config.vocab_size, context_blocks * block
@@ -231,9 +231,9 @@ def head_breakdown(model, head, block: int, batch: int = 1, context_blocks: int 
         "pick": lambda: draft_pick(logits.clone(), masked, 1),
         "pick_static": lambda: static_pick(logits.clone(), masked, 1),
     }
-    ms = {k: 1e3 * _timed(f, dev, repeats) for k, f in parts.items()}
-    fwd = ms.pop("forward_block")
-    return {"forward_ms": fwd, **{f"{k}_ms": v for k, v in ms.items()}, "step_forwards": ms["step_total"] / fwd}
+    t = _interleaved(parts, dev, repeats)  # forward_block first: the ratios are to it
+    return {"forward_ms": 1e3 * t.pop("forward_block")[0], **{f"{k}_ms": 1e3 * v[0] for k, v in t.items()},
+            "step_forwards": t["step_total"][1]}  # fmt: skip
 
 
 def main(argv=None) -> None:
