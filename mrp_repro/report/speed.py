@@ -185,8 +185,8 @@ def targets_table(df: pd.DataFrame) -> pd.DataFrame:
 def head_breakdown(model, head, block: int, batch: int = 1, context_blocks: int = 4, repeats: int = 50) -> dict:
     """Milliseconds of one drafting head step at `batch` rows, by part, and its share of one forward_block:
     embed, the input projection (enorm, hnorm, concat, eh_proj), rope + mask, the decoder layer(s), the final
-    norm, lm_head over the block, and the pick (draft_pick; pick_static: the backbone's rule, as before)."""
-    from mrp_repro.decoding.mrp_modes import draft_pick, static_pick
+    norm, lm_head over the block, and the pick (draft_pick: the backbone's own rule, static_pick)."""
+    from mrp_repro.decoding.mrp_modes import draft_pick
     from mrp_repro.measure.cost import _interleaved
 
     dev = model.lm_head.weight.device
@@ -229,7 +229,6 @@ def head_breakdown(model, head, block: int, batch: int = 1, context_blocks: int 
         "norm": lambda: head.norm(y),
         "lm_head": lambda: model.lm_head(hc),
         "pick": lambda: draft_pick(logits.clone(), masked, 1),
-        "pick_static": lambda: static_pick(logits.clone(), masked, 1),
     }
     t = _interleaved(parts, dev, repeats)  # forward_block first: the ratios are to it
     return {"forward_ms": 1e3 * t.pop("forward_block")[0], **{f"{k}_ms": 1e3 * v[0] for k, v in t.items()},
