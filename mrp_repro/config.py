@@ -167,7 +167,7 @@ class MRPTrainingConfig:
     sft_split: str = "train"
     max_samples: int | None = None  # null: every sample of the source
     # Ours (issue 14, offline recipe only): + weight * cross-entropy of the backbone's own next pick over the
-    # block's masked slots, scored by the draft rule's log-confidence under A + C (training/mrp.py mrp_loss):
+    # block's masked slots, scored by their log-confidence under A + C (training/mrp.py mrp_loss):
     # what decides whether a speculative draft is accepted. 0: the paper's plain KL.
     pick_loss_weight: float = 0.0
 

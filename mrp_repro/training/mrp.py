@@ -229,7 +229,8 @@ def mrp_loss(
     loss normaliser (answer slots of the batch's blocks); a rank holding part of a global batch passes the
     global batch's count, so the ranks' losses sum to the global batch's loss. pick_weight (ours,
     mrp_training.pick_loss_weight): adds pick_weight * cross-entropy of that next pick over the block's
-    still-masked slots, scored by their log-confidence under A + C_1 (zmax - logsumexp, the draft rule)."""
+    still-masked slots, scored by their log-confidence under A + C_1 (zmax - logsumexp: the draft pick's
+    ranking, decoding.mrp_modes.draft_pick, in a differentiable form that can round otherwise on near-ties)."""
     cache = build_head_cache(head, model, batch, block_size, grad=grad_cache)
     lm_head, embed = model.lm_head, model.embed_tokens
     h_A = batch["hidden"][:, 0]
@@ -293,7 +294,8 @@ def _zero_stats() -> dict:
 
 def _pick_log_confidence(Z: torch.Tensor, still: torch.Tensor, mask_id: int) -> torch.Tensor:
     """Z (N_still, V) logits of the still-masked slots -> (B, L) their log-confidence (max log-softmax, [MASK]
-    never a candidate), -inf elsewhere: the score the draft pick (decoding.mrp_modes.draft_pick) maximises."""
+    never a candidate), -inf elsewhere: the draft pick's ranking (decoding.mrp_modes.draft_pick, which ranks by
+    the confidence kernel's own rounding; the two can part on near-ties)."""
     Z = Z.float().index_fill(1, torch.tensor([mask_id], device=Z.device), float("-inf"))
     logconf = Z.amax(-1) - torch.logsumexp(Z, -1)
     return torch.full(still.shape, float("-inf"), device=Z.device).masked_scatter(still, logconf)
