@@ -43,6 +43,8 @@ __all__ = [
     "MRPTrainingConfig",
     "DecodingConfig",
     "EvaluationConfig",
+    "PaperConfig",
+    "PAPER_MODELS",
     "load_profile",
     "list_profiles",
     "configs_dir",
@@ -205,6 +207,23 @@ class EvaluationConfig:
     num_threads: int | None = None
 
 
+#: the models the paper reports, as its tables write them
+PAPER_MODELS = ("SDAR-1.7B", "SDAR-4B", "SDAR-8B")
+PaperModel = Literal["SDAR-1.7B", "SDAR-4B", "SDAR-8B"]
+
+
+@dataclass(frozen=True)
+class PaperConfig:
+    """Which paper model a run stands for: every table, figure and claim of the run compares with this model's
+    rows of the paper (a table the paper does not report for it is left blank), never with another model's.
+    Declared, not inferred from the profile's name: a profile that `extends: sdar-4b` inherits SDAR-4B."""
+
+    model: PaperModel
+    # True only where our numbers are the same experiment as the paper's (the real SDAR backbone, the paper's
+    # benchmarks): the claims then compare values within a tolerance; else they check directions only.
+    comparable: bool
+
+
 SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "tokenizer": TokenizerConfig,
@@ -215,6 +234,7 @@ SECTIONS: dict[str, type] = {
     "mrp_training": MRPTrainingConfig,
     "decoding": DecodingConfig,
     "evaluation": EvaluationConfig,
+    "paper": PaperConfig,
 }
 
 
@@ -232,6 +252,7 @@ class Profile:
     mrp_training: MRPTrainingConfig
     decoding: DecodingConfig
     evaluation: EvaluationConfig
+    paper: PaperConfig
     description: str = ""
 
     def to_dict(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ THRESHOLDS = (0.9, 0.7, 0.5, 0.3)
 
 
 def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"), n: int = 40, good: bool = True,
-                   seed: int = 0, batch_size: int = 32) -> pd.DataFrame:  # fmt: skip
+                   seed: int = 0, batch_size: int = 32, paper_model: str = "SDAR-8B") -> pd.DataFrame:  # fmt: skip
     """Every mode, shaped like collect_runs' output. One difficulty per problem, shared by all settings (paired).
 
     good=True: speculative lossless and faster, remasking helps at low tau, MRP degrades gracefully with K
@@ -36,7 +36,7 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
             den = int(round(tokens * nfe_per_tok))
             rounds = den if mode == "speculative" else 0
             rows.append({
-                "model": model, "benchmark": bench, "problem_id": f"{bench}/{i}", "prompt_index": i, "mode": mode,
+                "model": model, "paper_model": paper_model, "benchmark": bench, "problem_id": f"{bench}/{i}", "prompt_index": i, "mode": mode,
                 "setting": setting, "K": float(K), "threshold": float(threshold), "rule": rule, "drafter": drafter,
                 "verify": "packed" if mode == "speculative" else "", "batch_size": batch_size,
                 "correct": bool(u[bench][i] < p_correct), "valid_chain": 1.0, "extracted": "x", "sandbox": "",

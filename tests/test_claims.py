@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from runs_helpers import synthetic_adjacent, synthetic_runs
 
+from mrp_repro.config import load_profile
 from mrp_repro.measure.schema import RUN_COLUMNS
 from mrp_repro.report import claims, paper
 
@@ -79,13 +80,13 @@ def test_numeric_profile_checks_numbers():
     v = _verdicts(good=True, numeric=True)
     assert v["speculative-speedup"] == claims.HOLDS  # synthetic speedup ~1.43 >= 0.9 x 1.4
     assert v["remask-max-gsm8k"] == claims.HOLDS  # synthetic gain +27.5 >= 17.7 - 5
-    assert claims.is_numeric_profile("sdar-8b") and not claims.is_numeric_profile("tiny")
+    assert claims.is_numeric_profile(load_profile("sdar-8b")) and not claims.is_numeric_profile(load_profile("tiny"))
 
 
 def test_missing_tables_are_not_measurable(tmp_path):
     rep = claims.check_claims({}, numeric=False)
     assert (rep["verdict"] == claims.NA).all()
-    md = claims.write_report(rep, tmp_path, "smoke")
+    md = claims.write_report(rep, tmp_path, "smoke", numeric=False)
     text = md.read_text()
     assert "not measurable on this profile" in text and "profile `smoke`" in text
     assert (tmp_path / "claims.csv").stat().st_size > 0

@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from runs_helpers import SPEC_K, synthetic_runs
 
+from mrp_repro.config import load_profile
 from mrp_repro.measure.runs import model_for_profile
-from mrp_repro.report import paper
+from mrp_repro.report import claims, paper
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "paper"
 
@@ -33,10 +34,33 @@ def test_paper_headline_numbers():
 def test_mappings():
     assert paper.BENCHMARK_MAP["synth-math"] == "gsm8k"
     assert paper.BENCHMARK_MAP["synth-code"] == "humaneval"
-    assert model_for_profile("sdar-8b") == "SDAR-8B"
-    assert model_for_profile("tiny") == "tiny"
-    assert paper.paper_model("tiny", "direct") == "SDAR-8B"
-    assert paper.paper_model("SDAR-4B", "remasking") == "SDAR-4B"
+    assert model_for_profile(load_profile("sdar-8b")) == "SDAR-8B"
+    assert model_for_profile(load_profile("tiny")) == "tiny"
+    assert paper.reports("SDAR-8B", "direct") and not paper.reports("SDAR-8B", "lookahead")
+
+
+def test_a_profile_extending_sdar_4b_under_another_name_compares_with_sdar_4b(tmp_path):
+    """The paper model is declared (paper.model), inherited through extends, never guessed from the name."""
+    y = tmp_path / "my-4b-run.yaml"
+    y.write_text("extends: sdar-4b\nname: my-4b-run\n")
+    p = load_profile(str(y))
+    assert (p.paper.model, p.paper.comparable, model_for_profile(p)) == ("SDAR-4B", True, "SDAR-4B")
+    assert claims.is_numeric_profile(p)
+    # every paper value beside its rows is SDAR-4B's: the remasking table of 4B runs quotes 4B's baselines
+    runs = synthetic_runs(n=10, model="SDAR-4B")
+    runs["paper_model"] = p.paper.model
+    t = paper.remasking_table(runs, n_boot=0)
+    ref = paper.load("remasking")
+    ref = ref[ref["model"] == "SDAR-4B"]
+    for r in t.itertuples():
+        want = ref[(ref["benchmark"] == r.paper_benchmark) & ((ref["threshold"] - r.threshold).abs() < 1e-9)]
+        assert set(t["paper_model"]) == {"SDAR-4B"}
+        if len(want):
+            assert r.paper_baseline_accuracy == pytest.approx(float(want["baseline_accuracy"].iloc[0]))
+    # and a tiny run (declared SDAR-8B) gets no value for a table the paper reports for 4B only
+    tiny = synthetic_runs(n=10)
+    tiny["paper_model"] = load_profile("tiny").paper.model
+    assert paper.lookahead_table(tiny, n_boot=0)["paper_accuracy"].isna().all()
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +82,7 @@ def test_remasking_table(runs):
     _same_shape(t, "remasking")
     assert len(t) == 2 * 4  # benchmarks x thresholds (rule tau)
     row = t[(t["benchmark"] == "synth-math") & (t["threshold"] == 0.5)].iloc[0]
-    assert row["paper_baseline_accuracy"] == 41.6 and row["paper_model"] == "SDAR-1.7B"
+    assert row["paper_baseline_accuracy"] == 67.9 and row["paper_model"] == "SDAR-8B"  # tiny's declared model
     assert row["gain"] > 0 and row["gain_lo"] <= row["gain"] <= row["gain_hi"]
     assert t[t["threshold"] == 0.3]["paper_baseline_accuracy"].isna().all()  # not in the paper
     assert len(paper.remasking_table(runs, rule=None, n_boot=10)) == 2 * 4 * 2
@@ -74,7 +98,7 @@ def test_speculative_table_keeps_every_k(runs):
     assert (t["identical_to_static"] == 1.0).all() and (t["accuracy"] == t["static_accuracy"]).all()
     assert (t["throughput_speedup"] > 1).all()
     assert t["nfe_speedup"].iloc[0] == pytest.approx(36 / (19 + 4))  # 32 tokens / (19 + 4) vs 32 / (32 + 4)
-    assert set(t["paper_throughput_speedup"]) == {1.36, 1.35}
+    assert set(t["paper_throughput_speedup"]) == {1.40, 1.34}  # SDAR-8B gsm8k, humaneval
     oracle = paper.speculative_table(runs, drafter="oracle", n_boot=10)
     assert (oracle["tpf"] > t["tpf"]).all()
 
@@ -86,7 +110,9 @@ def test_direct_and_lookahead_tables(runs):
     la = paper.lookahead_table(runs, n_boot=50)
     _same_shape(la, "lookahead")
     gsm = la[la["benchmark"] == "synth-math"]
-    assert gsm["paper_accuracy"].notna().all() and len(gsm) == 8
+    assert gsm["paper_accuracy"].isna().all() and len(gsm) == 8  # the paper's lookahead table is SDAR-4B only
+    la4 = paper.lookahead_table(runs.assign(paper_model="SDAR-4B"), n_boot=0)
+    assert la4[la4["benchmark"] == "synth-math"]["paper_accuracy"].notna().all()
 
 
 def test_tables_name_missing_columns_and_refuse_blends(runs):

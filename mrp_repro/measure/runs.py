@@ -38,17 +38,13 @@ from mrp_repro.decoding import (
 from mrp_repro.measure.schema import MODES, RUN_COLUMNS
 from mrp_repro.tasks import synthetic
 
-__all__ = ["PROFILE_MODEL", "model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first",
+__all__ = ["model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first",
            "batch_order", "run_setting", "collect_runs", "decode_events"]  # fmt: skip
 
-#: profile name -> model name as the paper writes it (other profiles: the profile name, e.g. "tiny")
-PROFILE_MODEL = {"sdar-1.7b": "SDAR-1.7B", "sdar-4b": "SDAR-4B", "sdar-8b": "SDAR-8B"}
-
-
 def model_for_profile(profile) -> str:
-    """The model name our runs carry: SDAR-8B for sdar-8b, else the profile name (tiny, smoke)."""
-    name = profile if isinstance(profile, str) else profile.name
-    return PROFILE_MODEL.get(name, name)
+    """The model name our runs carry: the declared paper model (profile.paper.model) where our numbers compare
+    with the paper's (profile.paper.comparable), else the profile's name (tiny, smoke, sdar-mini)."""
+    return profile.paper.model if profile.paper.comparable else profile.name
 
 
 def score_problem(problem, text: str) -> dict:
@@ -130,7 +126,7 @@ def batch_order(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[
 
 
 def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_size: int, max_new_tokens: int,
-                model: str, progress: bool = False) -> pd.DataFrame:  # fmt: skip
+                model: str, paper_model: str = "", progress: bool = False) -> pd.DataFrame:  # fmt: skip
     """Decode every problem with `policy`; one runs record per problem, in the input order (identical_to_static
     is left False: collect_runs fills it against the static run of the same problems).
 
@@ -158,7 +154,7 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
             text = decode(backbone, res.tokens[j])
             sc = score_problem(p, text)
             rows[i] = {
-                "model": model, "benchmark": p.benchmark, "problem_id": p.task_id, "prompt_index": i, **setting,
+                "model": model, "paper_model": paper_model, "benchmark": p.benchmark, "problem_id": p.task_id, "prompt_index": i, **setting,
                 "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),
                 "extracted": sc["extracted"], "sandbox": sc.get("sandbox", ""), "text": text, "tokens": s.tokens,
                 "denoise_forwards": s.denoise_forwards, "commit_forwards": s.commit_forwards,
@@ -195,7 +191,7 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
         problems = eval_problems(profile, bench, n_prompts)
         ref = None
         for mode, pol in settings:
-            df = run_setting(backbone, problems, mode, pol, bs, max_new, model, progress=progress)
+            df = run_setting(backbone, problems, mode, pol, bs, max_new, model, profile.paper.model, progress=progress)
             ref = df["text"].to_numpy() if ref is None else ref
             df["identical_to_static"] = df["text"].to_numpy() == ref
             frames.append(df)

@@ -18,7 +18,10 @@ __all__ = ["RUN_COLUMNS", "MODES", "SETTING_KEYS", "require", "empty_runs"]
 
 #: column -> definition, in the order collect_runs writes them
 RUN_COLUMNS: dict[str, str] = {
-    "model": "the model: SDAR-1.7B/4B/8B on the SDAR profiles, else the profile name (tiny, smoke)",
+    "model": "the model: SDAR-1.7B/4B/8B where the profile's numbers compare with the paper's (paper.comparable), "
+    "else the profile name (tiny, smoke, sdar-mini)",
+    "paper_model": "the paper model this run is compared with (the profile's paper.model): every paper value "
+    "beside a row is this model's, blank where the paper does not report it",
     "benchmark": "our benchmark: synth-math, synth-code, gsm8k, math500, humaneval, mbpp",
     "problem_id": "the problem's id within its benchmark (Problem.task_id)",
     "prompt_index": "the problem's position in the benchmark's evaluation list (0-based)",

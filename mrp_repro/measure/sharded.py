@@ -70,6 +70,7 @@ def grid_key(profile, backbone, head, shards: list[dict], settings, batch_size: 
     """What a shard's rows depend on: prompts, settings, sizes, the backbone's and head's weights."""
     spec = dict(
         model=model_for_profile(profile),
+        paper_model=profile.paper.model,
         prompts=[[s["benchmark"], [p.task_id for p in s["problems"]]] for s in shards],
         settings=[p.name for _, p in settings],
         batch_size=batch_size,
@@ -102,10 +103,11 @@ def shard_problem(shard_dir: Path, shard: dict, key: str) -> str | None:
     return None
 
 
-def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_tokens: int, model: str) -> pd.DataFrame:
+def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_tokens: int, model: str,
+                  paper_model: str) -> pd.DataFrame:  # fmt: skip
     frames, ref = [], None
     for mode, pol in settings:  # static(1) first: the reference of identical_to_static
-        df = run_setting(backbone, shard["problems"], mode, pol, batch_size, max_new_tokens, model)
+        df = run_setting(backbone, shard["problems"], mode, pol, batch_size, max_new_tokens, model, paper_model)
         df["prompt_index"] = [shard["indices"][i] for i in df["prompt_index"]]
         ref = df["text"].to_numpy() if ref is None else ref
         df["identical_to_static"] = df["text"].to_numpy() == ref
@@ -179,7 +181,7 @@ def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, 
     model = model_for_profile(profile)
     for s in mine:
         t0 = time.perf_counter()
-        df = _decode_shard(backbone, s, settings, bs, max_new, model)
+        df = _decode_shard(backbone, s, settings, bs, max_new, model, profile.paper.model)
         _write_shard(shard_dir, s, df, key, d, profile, seconds=time.perf_counter() - t0)
     d.barrier()
     if not d.is_main:

@@ -327,9 +327,9 @@ CLAIMS: tuple[Claim, ...] = (
 
 
 def is_numeric_profile(profile) -> bool:
-    """SDAR profiles check the paper's numbers; tiny / smoke check directions and properties."""
-    name = profile if isinstance(profile, str) else profile.name
-    return name in paper.PROFILE_MODEL
+    """Whether the claims compare the paper's numbers (the profile's declared paper.comparable: the real SDAR
+    backbones) or check directions and properties (tiny, smoke, sdar-mini)."""
+    return profile.paper.comparable
 
 
 def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci: float = 0.95,
@@ -365,8 +365,7 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False) -> pd.D
     return pd.DataFrame(rows)
 
 
-def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool | None = None) -> str:
-    numeric = is_numeric_profile(profile_name) if numeric is None else numeric
+def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool) -> str:
     counts = report["verdict"].value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v, 0))
     mode = (
@@ -387,7 +386,7 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool | Non
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool | None = None) -> Path:
+def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool) -> Path:
     """Write <dir>/claims.md and claims.csv; returns the Markdown path."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

@@ -9,10 +9,11 @@ The paper's numbers (arXiv 2605.18817 v2 abstract + the authors' blog) ship as p
 ``mrp_repro/paper_data/*.csv`` (see SOURCE.md there).
 
 Our results are runs frames in the schema of mrp_repro.measure.schema (one record per prompt and decoding
-setting, from mrp_repro.measure.runs.collect_runs), read here by exact column name. On the tiny/smoke
-profiles the model is the profile name and the benchmarks are the synthetic tasks, compared with the
-paper's benchmarks through BENCHMARK_MAP; the paper column then quotes the table's reference model
-(REFERENCE_MODEL), named in the ``paper_model`` column. Accuracies and gains are in percent, every CI a
+setting, from mrp_repro.measure.runs.collect_runs), read here by exact column name. Every row carries
+the paper model its run is compared with (``paper_model``, the profile's declared ``paper.model``): the
+paper columns quote that model's numbers only, and stay blank where the paper has no row for it. On the
+tiny/smoke profiles the model is the profile name and the synthetic tasks map to the paper's benchmarks
+through BENCHMARK_MAP. Accuracies and gains are in percent, every CI a
 ``<metric>_lo`` / ``<metric>_hi`` pair.
 
 Every notebook stores its results under ``runs/<profile>/results-<profile hash>-<schema>/`` with the file
@@ -31,14 +32,13 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.measure import stats
-from mrp_repro.measure.runs import PROFILE_MODEL
 from mrp_repro.measure.schema import require
 
 if TYPE_CHECKING:
     from mrp_repro.config import Profile
 
 __all__ = [
-    "TABLES", "BENCHMARK_MAP", "PROFILE_MODEL", "REFERENCE_MODEL", "RESULTS", "RESULTS_SCHEMA", "load",
+    "TABLES", "BENCHMARK_MAP", "RESULTS", "RESULTS_SCHEMA", "load",
     "paper_model", "backbone_table", "modes_table", "remasking_table", "speculative_table", "direct_table",
     "lookahead_table", "results_dir", "result_path", "save_result", "load_result", "cached_result",
     "split_runs", "load_results", "mrp_curve_frame",
@@ -56,9 +56,6 @@ BENCHMARK_MAP = {
     "mbpp": "mbpp",
 }
 
-#: the paper model each table is compared against when our model is not in the paper (tiny, smoke)
-REFERENCE_MODEL = {"remasking": "SDAR-1.7B", "speculative": "SDAR-4B", "direct": "SDAR-8B", "lookahead": "SDAR-4B"}
-
 #: result files written by the notebooks, read by 09_claims: name -> (notebook, what)
 RESULTS = {
     "environment": ("00_environment", "versions, device, provenance (one row per key)"),
@@ -74,7 +71,7 @@ RESULTS = {
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
-RESULTS_SCHEMA = "runs-v4"
+RESULTS_SCHEMA = "runs-v5"
 
 #: the modes of each table's slice of modes_runs (split_runs)
 RUN_SPLITS = {
@@ -95,10 +92,9 @@ def load(table: str) -> pd.DataFrame:
         return pd.read_csv(fh)
 
 
-def paper_model(model: str, table: str) -> str:
-    """The paper model to quote beside ours: the same model if the paper reports it, else the reference."""
-    models = set(load(table)["model"])
-    return model if model in models else REFERENCE_MODEL[table]
+def reports(model: str, table: str) -> bool:
+    """Whether the paper's `table` has rows for `model` (else its values stay blank beside ours)."""
+    return model in set(load(table)["model"])
 
 
 # ----------------------------------------------------------------------------- our tables
@@ -185,13 +181,24 @@ def modes_table(runs: pd.DataFrame, cost: dict | None = None, n_boot: int = 1000
     return out
 
 
-def _with_paper(ours: pd.DataFrame, table: str, keys: list[str], metrics: list[str],
+def _paper_models(runs: pd.DataFrame) -> dict[str, str]:
+    """model -> the paper model its runs are compared with (each run's declared `paper_model`)."""
+    require(runs, ["model", "paper_model"], "the paper's columns")
+    pairs = runs[["model", "paper_model"]].drop_duplicates()
+    two = pairs[pairs["model"].duplicated(keep=False)]
+    if not two.empty:
+        raise ValueError(f"runs of one model compared with two paper models: {two.to_dict('records')}")
+    return dict(zip(pairs["model"], pairs["paper_model"]))
+
+
+def _with_paper(ours: pd.DataFrame, table: str, keys: list[str], metrics: list[str], paper_models: dict[str, str],
                 on_extra: list[str] | None = None) -> pd.DataFrame:  # fmt: skip
     """Join the paper's numbers beside ours on (paper model, paper benchmark, *on_extra: the keys other than
-    model and benchmark by default); columns: keys, then metric, lo, hi, paper_metric, the rest."""
+    model and benchmark by default); columns: keys, then metric, lo, hi, paper_metric, the rest. The paper
+    model is the runs' own `paper_model` (the profile's declared one); no row of another model is joined."""
     ref = load(table)
     ours = ours.copy()
-    ours["paper_model"] = [paper_model(m, table) for m in ours["model"]]
+    ours["paper_model"] = ours["model"].map(paper_models)
     ours["paper_benchmark"] = ours["benchmark"].map(BENCHMARK_MAP)
     ref = ref.rename(columns={"model": "paper_model", "benchmark": "paper_benchmark"})
     ref = ref.rename(columns={m: f"paper_{m}" for m in metrics})
@@ -238,7 +245,7 @@ def remasking_table(runs: pd.DataFrame, rule: str | None = "tau", n_boot: int = 
         rows.append(row)
     keys = ["model", "threshold", "benchmark"]
     ours = pd.DataFrame(rows).sort_values(["model", "rule", "benchmark", "threshold"])
-    out = _with_paper(ours, "remasking", keys, ["baseline_accuracy", "mrp_remask_accuracy"])
+    out = _with_paper(ours, "remasking", keys, ["baseline_accuracy", "mrp_remask_accuracy"], _paper_models(runs))
     out["paper_gain"] = out["paper_mrp_remask_accuracy"] - out["paper_baseline_accuracy"]
     cols = [c for c in out.columns if c != "paper_gain"]
     i = cols.index("gain_hi") + 1
@@ -270,7 +277,8 @@ def speculative_table(runs: pd.DataFrame, drafter: str = "mrp", n_boot: int = 10
         row["identical_to_static"] = float(g["identical_to_static"].astype(float).mean())
         rows.append(row)
     ours = pd.DataFrame(rows).sort_values(["model", "benchmark", "K"])
-    out = _with_paper(ours, "speculative", ["model", "benchmark", "K"], ["accuracy", "throughput_speedup"], [])
+    out = _with_paper(ours, "speculative", ["model", "benchmark", "K"], ["accuracy", "throughput_speedup"],
+                      _paper_models(runs), [])
     return out.reset_index(drop=True)
 
 
@@ -299,7 +307,7 @@ def direct_table(runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float
         rows.append(row)
     ours = pd.DataFrame(rows).sort_values(["model", "setting", "benchmark"])
     keys = ["model", "setting", "benchmark"]
-    return _with_paper(ours, "direct", keys, ["accuracy", "throughput_speedup"]).reset_index(drop=True)
+    return _with_paper(ours, "direct", keys, ["accuracy", "throughput_speedup"], _paper_models(runs)).reset_index(drop=True)
 
 
 def lookahead_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
@@ -324,7 +332,7 @@ def lookahead_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, se
         ["model", "benchmark", "method", "lookahead_k"], ascending=[True, True, False, True]
     )
     keys = ["model", "benchmark", "method", "lookahead_k"]
-    return _with_paper(ours, "lookahead", keys, ["accuracy"]).reset_index(drop=True)
+    return _with_paper(ours, "lookahead", keys, ["accuracy"], _paper_models(runs)).reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- result files
