@@ -36,7 +36,8 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
             den = int(round(tokens * nfe_per_tok))
             rounds = den if mode == "speculative" else 0
             rows.append({
-                "model": model, "paper_model": paper_model, "benchmark": bench, "problem_id": f"{bench}/{i}", "prompt_index": i, "mode": mode,
+                "model": model, "paper_model": paper_model, "benchmark": bench,
+                "problem_id": f"{bench}/{i}", "prompt_index": i, "mode": mode,
                 "setting": setting, "K": float(K), "threshold": float(threshold), "rule": rule, "drafter": drafter,
                 "verify": "packed" if mode == "speculative" else "", "batch_size": batch_size,
                 "correct": bool(u[bench][i] < p_correct), "valid_chain": 1.0, "extracted": "x", "sandbox": "",

@@ -154,7 +154,8 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
             text = decode(backbone, res.tokens[j])
             sc = score_problem(p, text)
             rows[i] = {
-                "model": model, "paper_model": paper_model, "benchmark": p.benchmark, "problem_id": p.task_id, "prompt_index": i, **setting,
+                "model": model, "paper_model": paper_model, "benchmark": p.benchmark, "problem_id": p.task_id,
+                "prompt_index": i, **setting,
                 "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),
                 "extracted": sc["extracted"], "sandbox": sc.get("sandbox", ""), "text": text, "tokens": s.tokens,
                 "denoise_forwards": s.denoise_forwards, "commit_forwards": s.commit_forwards,

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TABLES", "BENCHMARK_MAP", "RESULTS", "RESULTS_SCHEMA", "load",
-    "paper_model", "backbone_table", "modes_table", "remasking_table", "speculative_table", "direct_table",
+    "reports", "backbone_table", "modes_table", "remasking_table", "speculative_table", "direct_table",
     "lookahead_table", "results_dir", "result_path", "save_result", "load_result", "cached_result",
     "split_runs", "load_results", "mrp_curve_frame",
 ]  # fmt: skip
@@ -188,7 +188,7 @@ def _paper_models(runs: pd.DataFrame) -> dict[str, str]:
     two = pairs[pairs["model"].duplicated(keep=False)]
     if not two.empty:
         raise ValueError(f"runs of one model compared with two paper models: {two.to_dict('records')}")
-    return dict(zip(pairs["model"], pairs["paper_model"]))
+    return dict(zip(pairs["model"], pairs["paper_model"], strict=True))
 
 
 def _with_paper(ours: pd.DataFrame, table: str, keys: list[str], metrics: list[str], paper_models: dict[str, str],
@@ -307,7 +307,8 @@ def direct_table(runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float
         rows.append(row)
     ours = pd.DataFrame(rows).sort_values(["model", "setting", "benchmark"])
     keys = ["model", "setting", "benchmark"]
-    return _with_paper(ours, "direct", keys, ["accuracy", "throughput_speedup"], _paper_models(runs)).reset_index(drop=True)
+    out = _with_paper(ours, "direct", keys, ["accuracy", "throughput_speedup"], _paper_models(runs))
+    return out.reset_index(drop=True)
 
 
 def lookahead_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
