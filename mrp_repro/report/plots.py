@@ -393,7 +393,8 @@ def plot_training_curve(curve: pd.DataFrame, x: str = "step"):
         ax.set_xlabel("training step")
         ax.set_ylabel(panel)
         ax.legend(frameon=False, fontsize=8)
-    fig.suptitle("MRP head training" if any(c in _CURVE for c in cols) else "training", fontsize=11)
+    if any(c in _CURVE for c in cols):
+        fig.suptitle("MRP head training", fontsize=11)
     fig.tight_layout()
     return fig
 
