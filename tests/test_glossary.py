@@ -63,8 +63,10 @@ def test_save_table_refuses_an_undefined_column_and_writes_the_glossary(tmp_path
     assert [r.split("`")[1] for r in rows] == sorted(ok.columns, key=str.lower)
     assert schema.TABLE_COLUMNS["nfe_speedup"].split(":")[0] in md and "| good |" in md
     (tmp_path / "other.csv").write_text("benchmark,mystery\nx,1\n")  # a table written around save_table
+    (tmp_path / "report.md").write_text("# r\n\n| claim | paper (SDAR-8B) | why |\n|---|---|---|\n| a | b | c |\n")
     _, undefined = tables.write_glossary(tmp_path)
-    assert undefined == ["mystery"] and "**UNDEFINED**" in (tmp_path / tables.GLOSSARY).read_text()
+    assert undefined == ["mystery", "why"] and "**UNDEFINED**" in (tmp_path / tables.GLOSSARY).read_text()
+    assert tables.table_columns(tmp_path)["report"] == ["claim", "paper", "why"]  # `paper (detail)` is `paper`
 
 
 def test_every_table_the_code_builds_is_defined(runs):

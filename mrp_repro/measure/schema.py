@@ -202,6 +202,19 @@ TABLE_COLUMNS: dict[str, str] = {
     "kl_median": "nats: median over positions of the same KL",
     "top1_agreement": "fraction of positions whose greedy token is the same at steps s and s + d",
     "n_positions": "count: positions pooled into the row",
+    "kl_null_median": "nats: the null of relative_kl: median over positions of KL between two masked positions' "
+    "logits of the same block state (measure.adjacent)",
+    "relative_kl": "ratio: median adjacent-step KL over kl_null_median (measure.adjacent.relative_kl); far below 1: "
+    "adjacent steps closer than two positions of one state; CI: bootstrap over positions",
+    # ---- matched speed (report.pareto: remask and direct against the dynamic-τ frontier)
+    "axis": "matched speed: the speed axis of the row, tpf or wall_speedup (report.pareto.AXES)",
+    "speed": "matched speed: the setting's speed on the row's axis (TPF, or tokens/s over static(1)'s)",
+    "dynamic_accuracy": "percent: the dynamic frontier's accuracy at the setting's speed (report.pareto.frontier: "
+    "static(1) and every dynamic(τ), Pareto points joined by lines; blank beyond the fastest)",
+    "margin": "percentage points: accuracy - dynamic_accuracy at equal speed; CI: paired bootstrap over prompts, "
+    "the frontier recomputed in each replicate",
+    "at_equal_speed": "matched speed verdict: beats (margin CI above 0), worse (below 0), tie (holds 0), beyond "
+    "(faster than every dynamic setting)",
     # ---- kernels
     "op": "the kernel's operation: confidence, residual_confidence, residual_kl_fwd, residual_kl_fwd_bwd",
     "vocab": "vocabulary size V of the [N, V] logits",
@@ -244,6 +257,13 @@ TABLE_COLUMNS: dict[str, str] = {
     "column": "the column(s) of that table the claim reads",
     "measured": "how we measure the claim, in words (the statistic and the runs it reads)",
     "verdict_rule": "the direction or threshold that decides the verdict, in words",
+    "scope": "claims: what one verdict row covers (a benchmark, a setting; blank: the whole claim)",
+    "extension": "claims: bool, the row lies beyond the paper's grid (e.g. τ = 0.3) and is not folded into the "
+    "paper's claim",
+    "statistic": "claims: what we compute, from which measurement of record",
+    "null": "claims: the comparison or null the statistic must beat",
+    "paper_number": "claims: which of the paper's numbers (the declared paper model's) stands beside ours",
+    "tolerance": "claims: the tolerance of a sized claim on a comparable profile; – otherwise",
 }
 
 #: runs columns that tables show aggregated over the row's prompts: column -> how (the quantity: RUN_COLUMNS)

@@ -124,12 +124,13 @@ def save_table(df: pd.DataFrame, directory, name: str, digits: int = 1, note: st
 
 
 def _md_headers(text: str) -> list[list[str]]:
-    """The header cells of every Markdown table in `text` (a `| a | b |` line above a `|---|` line)."""
+    """The header cells of every Markdown table in `text` (a `| a | b |` line above a `|---|` line); a cell
+    `name (detail)` is the column `name` (e.g. claims.md's `paper (SDAR-8B)`)."""
     lines = text.splitlines()
     out = []
     for head, rule in zip(lines, lines[1:], strict=False):
         if head.startswith("|") and rule.startswith("|---"):
-            out.append([c.strip() for c in head.strip().strip("|").split("|")])
+            out.append([c.strip().split(" (")[0] for c in head.strip().strip("|").split("|")])
     return out
 
 
