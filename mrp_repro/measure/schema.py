@@ -159,7 +159,11 @@ TABLE_COLUMNS: dict[str, str] = {
     "s_outside": "seconds of one instrumented pass outside every model call (Python, picks, bookkeeping): the "
     "pass's wall time minus the s_* above",
     "target": "speed targets: issue 14's target, as text (report.speed.TARGETS)",
-    "value": "the value of the row's key or target (text in key/value tables; a number in the speed targets)",
+    "value": "the value of the row's key, target or item (text in key/value tables; a number in the speed targets "
+    "and gpu_check, in its unit)",
+    "section": "gpu_check: the part of the check the row belongs to (kernels, mismatch, engine, ...)",
+    "item": "gpu_check: what the row measures",
+    "unit": "gpu_check: the unit of the row's value (ms, forwards, rows, ...)",
     "met": "bool: the target's value passes its rule",
     "forward_ms": "milliseconds of one forward_block (batch 1 unless the table says otherwise)",
     "step_total_ms": "milliseconds of one whole MRP head step with lm_head and the draft pick, batch 1",
@@ -225,7 +229,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "time_ms": "milliseconds per call, median of the repeats; blank when not measured (see note)",
     "bytes_read": "bytes of [N, V] traffic the op cannot avoid (kernels.bench._bytes)",
     "gbps": "GB/s: bytes_read / time_ms (achieved read bandwidth)",
-    "note": "why a row was not measured ('cpu: reference only': Triton needs CUDA; compile not requested)",
+    "note": "a remark on the row: kernels, why it was not measured ('cpu: reference only': Triton needs CUDA; compile "
+    "not requested); gpu_check, the raw measurement behind a ratio",
     "torch": "GB/s of the PyTorch reference (kernels_gbps: gbps pivoted by impl)",
     "torch.compile": "GB/s of the reference under torch.compile; blank when not compiled",
     "triton": "GB/s of the Triton kernel; blank off CUDA",
