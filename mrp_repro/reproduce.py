@@ -7,9 +7,11 @@
 
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
 `mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
-writing the executed copies to runs/<profile>/notebooks/. Stops at the first
-notebook that fails, naming it, the failing cell (index and source) and its
-executed copy. Stages whose cached artifacts are valid (runs/<profile>/<stage>-<hash>/,
+writing the executed copies to runs/<profile>/notebooks/, and a browsable copy of each, outputs kept (long text
+outputs cut, paths relative to the repository), next to the figures: figures/<profile>/notebooks/ (notebooks/
+itself stays output-free). At the end, figures/<profile>/COLUMNS.md defines every column of every table there
+(an undefined column is an error). Stops at the first notebook that fails, naming it, the failing cell (index and
+source) and its executed copy. Stages whose cached artifacts are valid (runs/<profile>/<stage>-<hash>/,
 results-<profile hash>/) are reused, so a re-run only recomputes what changed.
 
 With --nproc N > 1 the heavy stages run first, through torchrun on N local ranks (mrp_repro.distributed):
@@ -26,9 +28,14 @@ import time
 from pathlib import Path
 
 from mrp_repro.config import load_profile, repo_root
-from mrp_repro.runtime import runs_root
+from mrp_repro.runtime import figures_dir, runs_root
 
 KERNEL = "mrp-repro"
+
+#: a text output (stream or text/plain) longer than this is cut in the published copy, saying how much was cut
+MAX_TEXT_CHARS = 4000
+#: output types that only repeat another one of the same output (the PDF beside a PNG is never embedded)
+DROP_MIME = ("application/pdf",)
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -56,6 +63,55 @@ def failure_message(nb: Path, out: Path, e: BaseException, seconds: float) -> st
     msg += f"\n  executed copy (with the traceback): {out}"
     msg += f"\n  rerun only this notebook: python -m mrp_repro.reproduce --profile <profile> --only {nb.name[:2]}"
     return msg
+
+
+def _cut(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters cut]\n"
+
+
+def publish_notebook(executed: Path, dest: Path) -> Path:
+    """A browsable copy of an executed notebook at `dest`: every output kept (figures as embedded PNG, tables as
+    HTML/Markdown), but each long text output cut to MAX_TEXT_CHARS and the repository's absolute path written
+    as `.`, so the copy is small and the same on every machine."""
+    import json
+
+    nb = json.loads(Path(executed).read_text())
+    root = str(repo_root())
+
+    def clean(x):
+        if isinstance(x, list):
+            x = "".join(x)
+        return _cut(x.replace(root, "."))
+
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out["text"] = clean(out["text"])
+            if "traceback" in out:
+                out["traceback"] = [t.replace(root, ".") for t in out["traceback"]]
+            data = out.get("data", {})
+            for mime in DROP_MIME:
+                data.pop(mime, None)
+            for mime in ("text/plain", "text/markdown", "text/html"):
+                if mime in data:
+                    data[mime] = clean(data[mime]) if mime == "text/plain" else "".join(data[mime]).replace(root, ".")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+    dest.write_text(text.replace(root, "."))  # papermill's metadata too (input_path, output_path)
+    return dest
+
+
+def run_notebook(nb: Path, profile, param: str, kernel: str = KERNEL, parameters: dict | None = None) -> Path:
+    """Execute one notebook on a profile (papermill; runs/<profile>/notebooks/<name>, outputs as they are) and
+    publish its browsable copy to figures/<profile>/notebooks/<name>; returns the published path. Raises what
+    papermill raises (PapermillExecutionError names the failing cell)."""
+    import papermill as pm
+
+    out = runs_root() / profile.name / "notebooks" / nb.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(str(nb), str(out), parameters={"profile": param, **(parameters or {})}, kernel_name=kernel,
+                        cwd=str(nb.parent), progress_bar=False)  # fmt: skip
+    return publish_notebook(out, figures_dir(profile) / "notebooks" / nb.name)
 
 
 def heavy_stages(profile, param: str, nproc: int) -> None:
@@ -102,8 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         print("no notebooks to run (notebooks/[0-9][0-9]_*.ipynb)", file=sys.stderr)
         return 1
 
-    import papermill as pm
-
     if args.nproc > 1:
         heavy_stages(profile, param, args.nproc)
     print(f"profile {profile.name} ({profile.hash}): {len(nbs)} notebooks -> {out_dir}")
@@ -112,19 +166,21 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         print(f"[{nb.name}] running", flush=True)
         try:
-            pm.execute_notebook(
-                str(nb),
-                str(out),
-                parameters={"profile": param},
-                kernel_name=args.kernel,
-                cwd=str(nb.parent),
-                progress_bar=False,
-            )
+            run_notebook(nb, profile, param, args.kernel)
         except Exception as e:  # PapermillExecutionError, NoSuchKernel, ...
             print(failure_message(nb, out, e, time.perf_counter() - t0), file=sys.stderr)
             return 1
         print(f"[{nb.name}] done in {time.perf_counter() - t0:.0f}s", flush=True)
-    print(f"all {len(nbs)} notebooks ran; figures under figures/{profile.name}/")
+    from mrp_repro.report.tables import write_glossary
+
+    figs = figures_dir(profile)
+    glossary, undefined = write_glossary(figs)
+    if undefined:
+        print(f"{glossary}: column(s) {', '.join(undefined)} have no definition; add each to "
+              "mrp_repro/measure/schema.py TABLE_COLUMNS", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"all {len(nbs)} notebooks ran; figures, tables, {glossary.name} and the executed notebooks (notebooks/) "
+          f"under {figs}")  # fmt: skip
     return 0
 
 

@@ -60,7 +60,7 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
         for k in LOOKAHEAD_K:
             acc = {1: 0.78, 2: 0.75}.get(k, 0.8 - 0.05 * k) if good else (0.2 if k <= 2 else 0.05)
             add(b, "direct", f"direct({k})", acc, 1.0 / (k + 1), 0.01 / (k + 1), K=k)
-            add(b, "naive", f"naive_lookahead({k + 1})", 0.8 * (0.25 ** (k - 1)) if good else 0.8, 1.0 / (k + 1),
+            add(b, "naive", f"naive_mtp({k})", 0.8 * (0.25 ** (k - 1)) if good else 0.8, 1.0 / (k + 1),
                 0.01 / (k + 1), K=k)  # fmt: skip
         for tau in THRESHOLDS:
             base = 0.8 - 0.6 * (0.9 - tau)

@@ -98,4 +98,4 @@ def test_malformed_table_names_the_missing_column(broken):
     assert set(rep.loc[rep["table"].isin(["adjacent", "speculative", "mrp_curve"]), "verdict"]) == {claims.NA}
     assert "subset" in rep.loc["adjacent-similar", "reason"]
     assert "heldout_uncorrected_kl" in rep.loc["mrp-fits-residual", "reason"]
-    assert "identical_to_static" in rep.loc["speculative-lossless", "reason"]
+    assert "identical_share" in rep.loc["speculative-lossless", "reason"]

@@ -74,17 +74,15 @@ def smoke_dirs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
-    import papermill as pm
+    from mrp_repro.config import load_profile
+    from mrp_repro.reproduce import run_notebook
 
     nb = ROOT / "notebooks" / f"{name}.ipynb"
-    out = smoke_dirs / "runs" / "smoke" / "notebooks" / nb.name
-    out.parent.mkdir(parents=True, exist_ok=True)
     env = {"MRP_REPRO_DEVICE": "cpu"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        pm.execute_notebook(str(nb), str(out), parameters={"profile": "smoke"}, kernel_name=kernel,
-                            cwd=str(nb.parent), progress_bar=False)  # fmt: skip
+        published = run_notebook(nb, load_profile("smoke"), "smoke", kernel)  # what `make reproduce` runs
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -96,6 +94,17 @@ def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
     for f in files:
         p = figs / f
         assert p.exists() and p.stat().st_size > 0, f"{name} did not write {p}"
+    # the browsable executed copy beside the figures: outputs kept, small, no absolute repository path
+    assert published == figs / "notebooks" / nb.name
+    assert (smoke_dirs / "runs" / "smoke" / "notebooks" / nb.name).exists()
+    text = published.read_text()
+    cells = [c for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
+    assert any(c.get("outputs") for c in cells) and all(c.get("execution_count") for c in cells), name
+    assert str(ROOT) not in text and published.stat().st_size < 2_000_000, (name, published.stat().st_size)
+    if exp.get("tables"):  # the glossary beside them defines every column of every table written so far
+        from mrp_repro.report.tables import glossary_markdown, table_columns
+
+        assert set(exp["tables"]) <= set(table_columns(figs)) and not glossary_markdown(figs)[1], name
 
 
 def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_dirs):

@@ -101,9 +101,15 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     pts = {c.get_label(): len(c.get_offsets()) for c in _scatters(left)}
     # per benchmark: one point per prompt for static and for each K; one ceiling mark per K
     assert pts == {**{b: N * (1 + len(SPEC_K)) for b in BENCHES},
-                   **{f"{b} oracle ceiling": len(SPEC_K) for b in BENCHES}}  # fmt: skip
+                   **{f"{b} oracle ceiling (mean TPF)": len(SPEC_K) for b in BENCHES}}  # fmt: skip
     assert [t.get_text() for t in left.get_xticklabels()] == ["static"] + [f"K={k}" for k in SPEC_K]
     assert set(_legend(left)) == set(pts)
+    # the ceiling is drawn above the per-prompt points at every K (at K = 3 they share its level), beside them
+    points = max(c.get_zorder() for c in _scatters(left) if "ceiling" not in c.get_label())
+    for c in _scatters(left):
+        if "ceiling" in c.get_label():
+            assert c.get_zorder() > points and len(c.get_offsets()) == len(SPEC_K)
+    assert len(left.collections[-1].get_offsets()) == len(SPEC_K)  # the last drawn: a ceiling, not points
     want = {f"{b} K={k}" for b in BENCHES for k in SPEC_K}
     assert {ln.get_label() for ln in _lines(right)} == want and set(_legend(right)) == want
     for ln in _lines(right):  # accept lengths 0..K
@@ -112,18 +118,26 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     _save(fig, tmp_path, "speculative")
 
 
-def test_speedup_figure_every_k_and_step(tmp_path, runs):
-    fig = plots.plot_speedup(paper.speculative_table(runs, n_boot=10), paper.direct_table(runs, n_boot=10))
+def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
+    spec = paper.speculative_table(runs, n_boot=10)
+    spec_all_k = spec.assign(paper_throughput_speedup=1.4)  # even a table with a paper value beside K = 5
+    fig = plots.plot_speedup(spec_all_k, paper.direct_table(runs, n_boot=10))
     ax = fig.axes[0]
-    bars = {c.get_label(): len(c.patches) for c in ax.containers if hasattr(c, "patches")}
+    bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
     want = [f"speculative K={k}" for k in SPEC_K] + ["direct step1", "direct step2"]
-    assert bars == dict.fromkeys(want, len(BENCHES))  # every series on every benchmark
-    assert sorted(_legend(ax)) == sorted(want + ["paper"])
+    assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
+    assert sorted(_legend(ax)) == sorted(want + ["paper (SDAR-8B)"])
     assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
-    paper_marks = [c for c in ax.collections if c.get_label() == "paper"]
-    assert len(paper_marks) == 1
+    marks = [c for c in ax.collections if c.get_label().startswith("paper") or c.get_label().startswith("_")]
+    xs = np.concatenate([c.get_offsets()[:, 0] for c in marks if len(c.get_offsets())])
+    k3 = [p.get_x() + p.get_width() / 2 for p in bars["speculative K=3"].patches]
+    k5 = [p.get_x() + p.get_width() / 2 for p in bars["speculative K=5"].patches]
+    assert all(np.isclose(xs, x).any() for x in k3) and not any(np.isclose(xs, x).any() for x in k5)
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
+    with pytest.raises(ValueError, match="one paper model"):
+        d = paper.direct_table(runs, n_boot=0).assign(paper_model="SDAR-4B")
+        plots.plot_speedup(spec, d)
 
 
 def test_adjacent_figure_one_subset_median(tmp_path):
@@ -164,31 +178,92 @@ def test_lookahead_figure_labels_tpf(tmp_path, runs):
         notes = [t.get_text() for t in ax.texts]
         g = look[look["benchmark"] == b]
         assert sorted(notes) == sorted(f"TPF {t:.1f}" for t in g["tpf"]) and len(notes) == 2 * len(LOOKAHEAD_K)
+        assert ax.get_legend() is None  # no legend over a panel's labels: one below the panels
+    (leg,) = fig.legends
+    assert sorted(t.get_text() for t in leg.get_texts()) == sorted(
+        ["naive MTP (ours)", "MRP (ours)", "naive MTP (SDAR-4B, paper)", "MRP (SDAR-4B, paper)"])  # fmt: skip
     _save(fig, tmp_path, "lookahead")
 
 
-def test_remasking_figure_every_rule(tmp_path, runs):
+def test_remasking_figure_every_rule_baseline_visible_paper_and_tpf(tmp_path, runs):
     t = paper.remasking_table(runs, rule=None, n_boot=10)
-    fig = plots.plot_remasking(t)
+    fig = plots.plot_remasking(t, runs)
     _not_empty(fig)
-    for ax in fig.axes:
-        lines = _lines(ax)
-        assert [ln.get_label() for ln in lines] == ["dynamic (no remasking)", "MRP remask (delta)", "MRP remask (tau)"]
-        assert all(len(ln.get_xdata()) == 4 for ln in lines)
+    benches = list(dict.fromkeys(t["benchmark"]))
+    acc_axes, tpf_axes = fig.axes[: len(benches)], fig.axes[len(benches) :]
+    ours = ["dynamic, no remasking (ours)", "MRP remask, rule delta (ours)", "MRP remask, rule tau (ours)"]
+    paper_series = ["dynamic, no remasking (SDAR-8B, paper)", "MRP remask, rule tau (SDAR-8B, paper)"]
+    for ax, b in zip(acc_axes, benches, strict=True):
+        lines = {ln.get_label(): ln for ln in _lines(ax)}
+        has_paper = t.loc[t["benchmark"] == b, "paper_baseline_accuracy"].notna().any()
+        assert sorted(lines) == sorted(ours + (paper_series if has_paper else []))
+        assert all(len(lines[k].get_xdata()) == 4 for k in ours)
+        base, rules = lines[ours[0]].line, [lines[k].line for k in ours[1:]]
+        # the baseline is thick and under the rules: a rule equal to it leaves it visible around a thin line
+        assert all(base.get_linewidth() > 1.5 * r.get_linewidth() and base.get_zorder() < r.get_zorder() for r in rules)
+        colors = [matplotlib.colors.to_hex(ln.get_color()) for ln in [base, *rules]]
+        assert len(set(colors)) == len(colors)
+        if has_paper:  # the paper's numbers, at the τ the paper ran only
+            p = t[(t["benchmark"] == b) & t["paper_baseline_accuracy"].notna()].drop_duplicates("threshold")
+            assert sorted(lines[paper_series[0]].get_xdata()) == sorted(p["threshold"])
+        assert ax.get_legend() is None
+    for ax, b in zip(tpf_axes, benches, strict=True):  # TPF per series from the runs
+        lines = ax.get_lines()
+        assert len(lines) == 3 and ax.get_ylabel() == "tokens per denoising forward"
+        d = runs[(runs["benchmark"] == b) & (runs["mode"] == "dynamic")].groupby("threshold")
+        assert np.allclose(lines[0].get_ydata(), (d["tokens"].sum() / d["denoise_forwards"].sum()).to_numpy())
+    assert len(fig.legends) == 1
     with pytest.raises(ValueError, match="more than one row"):
         plots.plot_remasking(pd.concat([t, t]))
     _save(fig, tmp_path, "remasking")
+    fig = plots.plot_remasking(t)  # without runs: the accuracy row alone
+    assert len(fig.axes) == len(benches)
+    _save(fig, tmp_path, "remasking_acc")
+
+
+def test_kernels_figure_says_what_it_compares(tmp_path):
+    rows = []
+    for n in (4, 16):
+        for op in ("confidence", "residual_kl_fwd"):
+            for impl, t, note in (("triton", np.nan, "cpu: reference only"), ("torch", 0.1 * n, ""),
+                                  ("torch.compile", np.nan, "n/a (compile not requested)")):  # fmt: skip
+                rows.append(dict(op=op, n=n, vocab=64, dtype="bfloat16", device="cpu", impl=impl, time_ms=t,
+                                 bytes_read=1000 * n, gbps=1000 * n / t / 1e6 if t == t else np.nan, note=note))
+    cpu = pd.DataFrame(rows)
+    fig = plots.plot_kernels(cpu)
+    title = fig._suptitle.get_text()
+    assert "only the PyTorch reference (torch) is timed" in title and "triton: cpu: reference only" in title
+    for ax in fig.axes:
+        assert [ln.get_label() for ln in _lines(ax)] == ["torch"] and ax.get_ylabel() in ("milliseconds per call", "")
+        assert list(_lines(ax)[0].get_xdata()) == [4, 16]
+    _save(fig, tmp_path, "kernels_cpu")
+    gpu = cpu.assign(time_ms=0.05, device="cuda")
+    gpu["gbps"] = gpu["bytes_read"] / gpu["time_ms"] / 1e6
+    fig = plots.plot_kernels(gpu)
+    assert fig._suptitle.get_text().startswith("triton vs torch vs torch.compile")
+    assert all(len(_lines(ax)) == 3 for ax in fig.axes) and fig.axes[0].get_ylabel().startswith("achieved")
+    _save(fig, tmp_path, "kernels_gpu")
 
 
 def test_training_curve_and_trajectory(tmp_path):
     curve = pd.DataFrame({"step": [0, 5, 10], "train_loss": [1.0, 0.5, 0.3], "heldout_kl": [1.0, 0.6, 0.4]})
     curve["heldout_uncorrected_kl"] = 1.0
     fig = plots.plot_training_curve(curve)
-    assert [ln.get_label() for ln in _lines(fig.axes[0])] == ["train loss", "heldout kl", "heldout uncorrected kl"]
+    train, held = fig.axes  # one panel per quantity, each its own y-label
+    assert train.get_ylabel() != held.get_ylabel()
+    assert [ln.get_label() for ln in _lines(train)] == ["KL(B ‖ A + C) on the training batch"]
+    assert [ln.get_label() for ln in _lines(held)] == ["KL(B ‖ A + C): with the MRP head",
+                                                       "KL(B ‖ A): uncorrected, no head"]  # fmt: skip
     _save(fig, tmp_path, "curve")
+    one = plots.plot_training_curve(pd.DataFrame({"step": range(30), "block-diffusion loss": np.linspace(3, 1, 30)}))
+    assert len(one.axes) == 1 and one.axes[0].get_ylabel() == "block-diffusion loss"  # notebook 01's curve
     trace = [{"row": 0, "block": 1, "step": s, "kind": "reveal", "pos": 8 + s, "token": 5 + s} for s in range(8)]
     trace.append({"row": 0, "block": 1, "step": 2, "kind": "revoke", "pos": 9, "token": 6})
-    fig = plots.plot_trajectory(trace)
-    assert {c.get_label() for c in _scatters(fig.axes[0])} == {"reveal", "revoke"}
+    fig = plots.plot_trajectory(trace, setting="remask τ=0.5, rule loo", row_names=["synth-math/test/3"])
+    assert {c.get_label() for c in _scatters(fig.axes[0])} == {"reveal (a token written)",
+                                                               "revoke (masked again: red X)"}  # fmt: skip
+    title = fig.axes[0].get_title()
+    assert "remask τ=0.5, rule loo" in title and "synth-math/test/3" in title and "token written" in title
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(str(5 + s) for s in range(8))
     _save(fig, tmp_path, "trajectory")
     _save(plots.plot_trajectory([]), tmp_path, "trajectory_empty")

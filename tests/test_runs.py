@@ -55,7 +55,7 @@ def test_settings_columns_follow_the_papers_k(smoke_profile):
     assert {m for m, _ in got} == set(MODES)
     for (m, name), cols in got.items():
         if m == "naive":
-            assert name == f"naive_lookahead({int(cols['K']) + 1})"
+            assert name == f"naive_mtp({int(cols['K'])})"  # the lookahead table's name and K
         if m == "speculative":
             assert cols["drafter"] in ("mrp", "oracle", "naive") and cols["K"] == 3
         if m in ("static", "dynamic", "remask"):

@@ -23,11 +23,12 @@ def test_speed_table_and_head_breakdown(smoke_profile):
     assert len(df) == 2 * 2 * 2  # batches x engines x policies
     assert df["lossless"].all()  # speculative == static, in each engine
     assert (df["wall_s"] > 0).all() and (df["speedup"] > 0).all()
-    spec = df[df["policy"].str.startswith("speculative")]
-    assert spec["predicted"].map(math.isfinite).all() and (spec["tpf_vs_oracle"] <= 1.0 + 1e-9).all()
-    assert (spec["predicted"] <= spec["ceiling"] + 1e-9).all()  # no drafter beats the oracle at the same costs
-    up = df[df["engine"] == "upstream"].set_index(["batch", "policy"])["forwards"]
-    fu = df[df["engine"] == "fused"].set_index(["batch", "policy"])["forwards"]
+    spec = df[df["setting"].str.startswith("speculative")]
+    assert spec["predicted_speedup"].map(math.isfinite).all() and (spec["tpf_share_of_oracle"] <= 1.0 + 1e-9).all()
+    # no drafter beats the oracle at the same costs
+    assert (spec["predicted_speedup"] <= spec["ceiling_speedup"] + 1e-9).all()
+    up = df[df["engine"] == "upstream"].set_index(["batch_size", "setting"])["forwards"]
+    fu = df[df["engine"] == "fused"].set_index(["batch_size", "setting"])["forwards"]
     assert (fu < up).all()  # every fused run saves at least one commit forward
     assert (df[df["engine"] == "fused"]["s_commit"] <= df[df["engine"] == "upstream"]["s_commit"].to_numpy()).all()
     hb = head_breakdown(bb.model, head, bb.block_size, repeats=3)
@@ -38,11 +39,12 @@ def test_targets_table_judges_each_target_on_its_own_row():
     from mrp_repro.report.speed import TARGETS, targets_table
 
     def row(K, **kw):
-        base = dict(task="t", batch=1, engine="fused", policy=f"speculative({K},mrp)", speedup=1.5, predicted=1.45,
-                    tpf_vs_oracle=0.96, head_cost=0.1, lossless=True, ceiling=1.7)  # fmt: skip
+        base = dict(benchmark="t", batch_size=1, engine="fused", setting=f"speculative({K},mrp)", speedup=1.5,
+                    predicted_speedup=1.45, tpf_share_of_oracle=0.96, head_cost=0.1, lossless=True,
+                    ceiling_speedup=1.7)  # fmt: skip
         return {**base, **kw}
 
-    df = pd.DataFrame([row(3), row(5, tpf_vs_oracle=0.85), dict(row(3), batch=32, speedup=0.5)])
+    df = pd.DataFrame([row(3), row(5, tpf_share_of_oracle=0.85), dict(row(3), batch_size=32, speedup=0.5)])
     t = targets_table(df).set_index("target")
     assert len(t) == len(TARGETS) and t["met"].sum() == len(TARGETS) - 1
     assert not t.loc["TPF >= 90% of the oracle at K=5", "met"]  # read from the K=5 row, not K=3's 0.96
@@ -52,8 +54,8 @@ def test_targets_table_judges_each_target_on_its_own_row():
     assert not slow.loc["measured within 10% of the cost model", "met"]  # 1.2 / 1.45 = 0.83
     with pytest.raises(KeyError, match="speculative\\(5,mrp\\)"):
         targets_table(pd.DataFrame([row(3)]))
-    with pytest.raises(KeyError, match="ceiling"):
-        targets_table(pd.DataFrame([row(3)]).drop(columns="ceiling"))
+    with pytest.raises(KeyError, match="ceiling_speedup"):
+        targets_table(pd.DataFrame([row(3)]).drop(columns="ceiling_speedup"))
 
 
 def test_main_writes_the_three_tables(smoke_profile, tmp_path, monkeypatch):

@@ -297,11 +297,12 @@ class Direct(MRPPolicy):
 
 
 class NaiveLookahead(Static):
-    """K reveals from one set of uncorrected logits per forward: Static(K), named for the tables."""
+    """K reveals from one set of uncorrected logits per forward: Static(K), named for the tables by the paper's
+    lookahead K = K - 1 (tokens beyond the backbone's own pick): naive_mtp(1) reveals 2 per forward, as direct(1)."""
 
     def __init__(self, K: int):
         super().__init__(K)
-        self.name = f"naive_lookahead({K})"
+        self.name = f"naive_mtp({K - 1})"
 
 
 # -- remasking ---------------------------------------------------------------------------------------

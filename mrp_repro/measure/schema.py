@@ -1,11 +1,16 @@
-"""The runs schema: one record per (prompt, decoding setting), its columns named once, here.
+"""The runs schema and the tables' glossary: every column of a runs frame or a written table, defined once, here.
 
     from mrp_repro.measure.schema import RUN_COLUMNS, require
     require(runs, ["benchmark", "mode", "correct"], "speculative_table")   # KeyError naming what is missing
+    define("nfe_speedup")                       # a table column's unit and how it is computed (TABLE_COLUMNS)
+    require_defined(df.columns, "speculative")  # ValueError naming undefined columns (tables.save_table calls it)
 
 Every runs frame comes from `mrp_repro.measure.runs.collect_runs` (the one producer) and every table,
 figure and claim reads these columns by exact name; there is no alias map and no guessing. The names are
 the paper's vocabulary (METHOD.md): a *mode* is a decoding family, a *setting* one parametrised policy.
+
+Every column of a written table is defined here too (TABLE_COLUMNS, or a runs column): tables.save_table refuses
+a table with an undefined column, and writes figures/<profile>/COLUMNS.md, the glossary of the tables there.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-__all__ = ["RUN_COLUMNS", "MODES", "SETTING_KEYS", "require", "empty_runs"]
+__all__ = ["RUN_COLUMNS", "MODES", "SETTING_KEYS", "TABLE_COLUMNS", "TABLE_AGGREGATES", "require", "empty_runs",
+           "define", "undefined_columns", "require_defined"]
 
 #: column -> definition, in the order collect_runs writes them
 RUN_COLUMNS: dict[str, str] = {
@@ -77,3 +83,240 @@ def require(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame
 def empty_runs() -> pd.DataFrame:
     """A runs frame with every column and no rows."""
     return pd.DataFrame(columns=list(RUN_COLUMNS))
+
+
+# ----------------------------------------------------------------------------- the tables' glossary
+
+#: every column a written table may hold that is not a runs column: column -> unit; how it is computed. A runs
+#: column shown in a table keeps its RUN_COLUMNS meaning (TABLE_AGGREGATES says how a table aggregates it).
+#: Two systematic families need no entry: ``<m>_lo`` / ``<m>_hi`` (the CI bounds of a defined metric m) and
+#: ``paper_<m>`` (the paper's m for paper_model); see define().
+TABLE_COLUMNS: dict[str, str] = {
+    # ---- the decoding tables (paper.*_table, stats.summarize, cost model)
+    "n": "count: the sample the row is over: prompts (decoding tables), positions (adjacent), rows N of the "
+    "[N, V] logits (kernels)",
+    "accuracy": "percent of the row's prompts whose output scores correct (mean of `correct` x 100); "
+    "its CI: percentile bootstrap over prompts (evaluation.bootstrap_samples resamples, evaluation.ci)",
+    "static_accuracy": "percent: accuracy of static(1) on the same benchmark and prompts",
+    "baseline_accuracy": "percent: accuracy of dynamic(τ) without remasking at the row's threshold, on the "
+    "prompts the remask row was paired with",
+    "mrp_remask_accuracy": "percent: accuracy of remask(τ, rule) with the MRP head at the row's threshold",
+    "gain": "percentage points: paired mean over prompts of correct(remask) - correct(dynamic) x 100 "
+    "(mrp_remask_accuracy - baseline_accuracy on the same prompts); CI: paired bootstrap",
+    "gain_p": "probability in [0, 1]: two-sided paired bootstrap test of gain = 0, 2 x the smaller share of "
+    "bootstrap means of the paired differences on either side of 0 (stats.paired_diff); not a multiple-test "
+    "correction",
+    "tpf": "tokens per denoising forward: sum of tokens / sum of denoise_forwards over the row's prompts "
+    "(commits not counted)",
+    "static_tpf": "tokens per denoising forward of static(1) on the same prompts (1.0 when every step reveals one)",
+    "backbone_forwards": "backbone forwards per prompt (mean of denoise_forwards + commit_forwards)",
+    "tokens_per_s": "tokens per wall second: sum of tokens / sum of wall_s over the row's prompts",
+    "speedup": "x: wall-clock speedup over static(1): the setting's tokens per second over static(1)'s, same "
+    "model, benchmark and batch size (stats.summarize, pooled over the prompts); speed.csv: static(1)'s median "
+    "pass seconds over this setting's, same engine and batch_size (same tokens: lossless)",
+    "throughput_speedup": "x: wall-clock speedup over static(1) with a CI: (tokens / wall_s) of the setting over "
+    "static(1)'s on the same prompts, paired bootstrap over prompts (stats.ratio_ci); the point is the same "
+    "ratio as speedup",
+    "nfe_speedup": "x: backbone-forward speedup over static(1): (tokens / backbone forwards) of the setting over "
+    "static(1)'s on the same prompts, denoise + commit forwards counted, MRP head calls not (the number of "
+    "function evaluations; a clock-free bound on the wall-clock speedup); CI: paired bootstrap",
+    "identical_share": "fraction in [0, 1] of the row's prompts whose output is token-identical to static(1)'s "
+    "(mean of identical_to_static; 1.0 = lossless on every prompt)",
+    "lossless": "bool, static and speculative rows only: every output of the row token-identical to static(1)'s "
+    "on the same prompt (the mode's guarantee, checked); blank for the lossy modes (dynamic, direct, naive, "
+    "remask), whose outputs may equal static's by chance (see identical_share)",
+    "tpf_share_of_oracle": "ratio in [0, 1]: the speculative drafter's TPF over the oracle drafter's TPF at the "
+    "same K on the same prompts (the oracle drafts the backbone's own future picks: the ceiling); blank "
+    "off speculative",
+    "mean_accept": "drafts accepted per verify round, mean over every round of the row (from accept_lengths); "
+    "blank off speculative",
+    "verify_cost": "ratio: wall time of one packed K-candidate verify forward over one forward_block, at the row's "
+    "batch size (measure.cost.cost_model, median of interleaved repeats)",
+    "head_cost": "ratio: wall time of one MRP head step (lm_head and pick included) over one forward_block "
+    "(measure.cost.cost_model); 0 for drafters that call no head (oracle, naive)",
+    "predicted_speedup": "x: the cost model's speedup over static(1): static forwards / (forwards - rounds + "
+    "rounds x verify_cost + head calls x head_cost), forwards counting seeds and commits",
+    "ceiling_speedup": "x: predicted_speedup at the oracle's TPF (every draft accepted) with the same verify_cost "
+    "and head_cost (report.shapes.ceiling_speedup)",
+    "method": "lookahead table: naive_mtp (mode naive: K + 1 tokens from one forward's uncorrected logits) or "
+    "mrp (mode direct: K MRP head steps after the backbone's pick)",
+    "lookahead_k": "tokens revealed per backbone forward beyond the backbone's own pick (the runs column K of "
+    "modes naive and direct; settings naive_mtp(K), direct(K))",
+    "paper_benchmark": "the paper benchmark our benchmark stands for (paper.BENCHMARK_MAP): the paper_* values "
+    "beside a row are for paper_model on paper_benchmark",
+    # ---- speed.csv (report.speed, one row per benchmark x batch_size x engine x setting)
+    "engine": "speed: upstream (every block commit its own forward) or fused (decoding.fuse_commit: the commit "
+    "rides in the next block's first forward)",
+    "forwards": "speed: backbone forwards actually run over the pass (upstream: denoise + commit; fused: "
+    "denoise + commit - fused_commits), summed over the benchmark's prompts",
+    "t_forward_ms": "milliseconds of one forward_block at the row's batch size (the cost model's unit)",
+    "s_block": "seconds of one instrumented pass inside forward_block (denoising forwards)",
+    "s_fused": "seconds of one instrumented pass inside commit_and_forward (fused commit + denoising forward)",
+    "s_verify": "seconds of one instrumented pass inside forward_candidates (packed speculative verifies)",
+    "s_commit": "seconds of one instrumented pass inside commit_block and prefill (KV-cache commits)",
+    "s_head_step": "seconds of one instrumented pass inside the MRP head's step (drafting)",
+    "s_head_commit": "seconds of one instrumented pass inside the MRP head's commit (its KV cache)",
+    "s_outside": "seconds of one instrumented pass outside every model call (Python, picks, bookkeeping): the "
+    "pass's wall time minus the s_* above",
+    "target": "speed targets: issue 14's target, as text (report.speed.TARGETS)",
+    "value": "the value of the row's key, target or item (text in key/value tables; a number in the speed targets "
+    "and gpu_check, in its unit)",
+    "section": "gpu_check: the part of the check the row belongs to (kernels, mismatch, engine, ...)",
+    "item": "gpu_check: what the row measures",
+    "unit": "gpu_check: the unit of the row's value (ms, forwards, rows, ...)",
+    "met": "bool: the target's value passes its rule",
+    "forward_ms": "milliseconds of one forward_block (batch 1 unless the table says otherwise)",
+    "step_total_ms": "milliseconds of one whole MRP head step with lm_head and the draft pick, batch 1",
+    "embed_ms": "milliseconds of the head step's token embedding",
+    "eh_proj_ms": "milliseconds of the head step's input projection (enorm, hnorm, concat, eh_proj)",
+    "rope_mask_ms": "milliseconds of the head step's rotary tables and attention mask",
+    "layers_ms": "milliseconds of the head step's decoder layer(s)",
+    "norm_ms": "milliseconds of the head step's final norm",
+    "lm_head_ms": "milliseconds of lm_head over the block's hidden states",
+    "pick_ms": "milliseconds of the draft pick (draft_pick) over the block's logits",
+    "step_forwards": "ratio: step_total_ms / forward_ms, one head step in forwards (the head_cost of this "
+    "breakdown)",
+    # ---- drafters.csv, shapes.csv
+    "variant": "the profile overrides the head was trained with, key=value,... (profile: the profile's own head)",
+    "tpf_mrp": "TPF of speculative(K, mrp) with the variant's head",
+    "tpf_oracle": "TPF of speculative(K, oracle): the ceiling",
+    "tpf_naive": "TPF of speculative(K, naive): drafts from the backbone's own uncorrected logits, no head",
+    "heldout_pick_acc": "fraction: held-out block states whose most confident masked slot under A + C is the "
+    "backbone's own next pick (A: the backbone's logits, C: the head's residual)",
+    "heldout_pick_acc_uncorrected": "fraction: the same as heldout_pick_acc under A alone (no head)",
+    "heldout_kl": "nats: held-out KL(B ‖ A + C), B the backbone's logits one step later, mean over masked "
+    "positions",
+    "heldout_uncorrected_kl": "nats: held-out KL(B ‖ A), the residual the head must explain (no head)",
+    "train_loss": "nats: the MRP training loss at the step (KL(B ‖ A + C) on the training batch)",
+    "step": "training step (optimizer updates)",
+    "shape": "the profile overrides of the backbone shape (report.shapes), key=value,... (profile: as it is)",
+    "block_size": "tokens per block",
+    "num_layers": "backbone decoder layers",
+    "hidden_size": "backbone hidden width",
+    "params_m": "backbone parameters, millions",
+    "train_step_s": "seconds per backbone training step (median after the first)",
+    "train_min": "minutes of the whole backbone training: train_step_s x backbone_training.steps / 60",
+    "head_flop_share": "ratio: the head's linear multiply-adds (lm_head included) over the backbone's",
+    "oracle_tpf": "TPF of the oracle drafter at K on one block: block_size / forwards (report.shapes.oracle_block)",
+    "oracle_head_steps": "head steps per block of the oracle's loop at K",
+    # ---- adjacent.csv (measure.adjacent)
+    "subset": "positions: all masked positions, or conf<0.99 (the current step's top probability < 0.99)",
+    "distance": "denoising steps between the two logits compared (step s and s + distance, same block)",
+    "kl_mean": "nats: mean over positions of KL(softmax(logits at s + d) ‖ softmax(logits at s))",
+    "kl_median": "nats: median over positions of the same KL",
+    "top1_agreement": "fraction of positions whose greedy token is the same at steps s and s + d",
+    "n_positions": "count: positions pooled into the row",
+    "kl_null_median": "nats: the null of relative_kl: median over positions of KL between two masked positions' "
+    "logits of the same block state (measure.adjacent)",
+    "relative_kl": "ratio: median adjacent-step KL over kl_null_median (measure.adjacent.relative_kl); far below 1: "
+    "adjacent steps closer than two positions of one state; CI: bootstrap over positions",
+    # ---- matched speed (report.pareto: remask and direct against the dynamic-τ frontier)
+    "axis": "matched speed: the speed axis of the row, tpf or wall_speedup (report.pareto.AXES)",
+    "speed": "matched speed: the setting's speed on the row's axis (TPF, or tokens/s over static(1)'s)",
+    "dynamic_accuracy": "percent: the dynamic frontier's accuracy at the setting's speed (report.pareto.frontier: "
+    "static(1) and every dynamic(τ), Pareto points joined by lines; blank beyond the fastest)",
+    "margin": "percentage points: accuracy - dynamic_accuracy at equal speed; CI: paired bootstrap over prompts, "
+    "the frontier recomputed in each replicate",
+    "at_equal_speed": "matched speed verdict: beats (margin CI above 0), worse (below 0), tie (holds 0), beyond "
+    "(faster than every dynamic setting)",
+    # ---- kernels
+    "op": "the kernel's operation: confidence, residual_confidence, residual_kl_fwd, residual_kl_fwd_bwd",
+    "vocab": "vocabulary size V of the [N, V] logits",
+    "dtype": "the logits' dtype",
+    "device": "the device timed (cpu, cuda)",
+    "impl": "the implementation: triton (the kernel), torch (the PyTorch reference), torch.compile (the "
+    "reference compiled)",
+    "time_ms": "milliseconds per call, median of the repeats; blank when not measured (see note)",
+    "bytes_read": "bytes of [N, V] traffic the op cannot avoid (kernels.bench._bytes)",
+    "gbps": "GB/s: bytes_read / time_ms (achieved read bandwidth)",
+    "note": "a remark on the row: kernels, why it was not measured ('cpu: reference only': Triton needs CUDA; compile "
+    "not requested); gpu_check, the raw measurement behind a ratio",
+    "torch": "GB/s of the PyTorch reference (kernels_gbps: gbps pivoted by impl)",
+    "torch.compile": "GB/s of the reference under torch.compile; blank when not compiled",
+    "triton": "GB/s of the Triton kernel; blank off CUDA",
+    "check": "the correctness check's case (kernel, N, dtype, input)",
+    "max_abs_err": "the largest absolute difference from the float64 reference",
+    "atol": "the absolute tolerance of the check",
+    "ok": "bool: every element within atol + rtol x |reference|",
+    # ---- key/value tables, trajectories, grid scaling
+    "key": "the entry's name (environment: provenance; profile: a setting's dotted path; mrp_head: a property)",
+    "source": "trajectories: the collection source (gt, gt-multi, self); claims: where the paper states the claim",
+    "rows": "count: records (trajectories: block states collected from the source; grid_scaling: runs rows of the "
+    "grids)",
+    "shards": "count: files the source's trajectories are stored in",
+    "artifact": "the stage artifact's directory under runs/",
+    "nproc": "torchrun ranks",
+    "decode_s": "seconds of decoding on the busiest rank (its shards only)",
+    "identical_to_1": "bool: every grid cell equals the one-rank run's",
+    "nproc_speedup": "x: wall_s at 1 rank over wall_s at nproc ranks (torchrun start-up included)",
+    "decode_nproc_speedup": "x: decode_s at 1 rank over decode_s at nproc ranks",
+    "efficiency": "fraction: decode_nproc_speedup / nproc (1.0: perfect scaling)",
+    # ---- claims (report.claims)
+    "id": "the claim's short name",
+    "claim": "the paper's claim, in words",
+    "paper": "the paper's number for the claim, as text",
+    "ours": "our number for the claim, as text",
+    "verdict": "holds / holds qualitatively / does not hold / – (not measured), by the claim's stated rule",
+    "reason": "why the verdict follows from the numbers",
+    "table": "the table the claim reads",
+    "column": "the column(s) of that table the claim reads",
+    "measured": "how we measure the claim, in words (the statistic and the runs it reads)",
+    "verdict_rule": "the direction or threshold that decides the verdict, in words",
+    "scope": "claims: what one verdict row covers (a benchmark, a setting; blank: the whole claim)",
+    "extension": "claims: bool, the row lies beyond the paper's grid (e.g. τ = 0.3) and is not folded into the "
+    "paper's claim",
+    "statistic": "claims: what we compute, from which measurement of record",
+    "null": "claims: the comparison or null the statistic must beat",
+    "paper_number": "claims: which of the paper's numbers (the declared paper model's) stands beside ours",
+    "tolerance": "claims: the tolerance of a sized claim on a comparable profile; – otherwise",
+}
+
+#: runs columns that tables show aggregated over the row's prompts: column -> how (the quantity: RUN_COLUMNS)
+TABLE_AGGREGATES: dict[str, str] = {
+    "valid_chain": "percent of the row's prompts with a valid chain (mean x 100); blank for real benchmarks",
+    "mrp_forwards": "per prompt mean (decoding tables); speed.csv: total over the benchmark's prompts in one pass",
+    "revoked": "per prompt mean: tokens revoked by remasking, 0 off remask",
+    "rounds": "speed.csv: total verify rounds over the benchmark's prompts in one pass",
+    "tokens": "speed.csv: total generated tokens over the benchmark's prompts in one pass",
+    "denoise_forwards": "speed.csv: total over the benchmark's prompts in one pass",
+    "wall_s": "speed.csv: median seconds of one pass over the benchmark's prompts (of --repeats interleaved); "
+    "grid_scaling: seconds of the whole torchrun",
+}
+
+
+def define(column: str) -> str | None:
+    """The glossary entry of a table column (unit; how computed), or None when the schema does not define it.
+
+    Lookup order: TABLE_COLUMNS; RUN_COLUMNS (with TABLE_AGGREGATES' note); ``<m>_lo`` / ``<m>_hi`` of a defined
+    m; ``paper_<m>`` of a defined m."""
+    column = str(column)
+    if column in TABLE_COLUMNS:
+        return TABLE_COLUMNS[column]
+    if column in RUN_COLUMNS:
+        agg = TABLE_AGGREGATES.get(column)
+        return RUN_COLUMNS[column] + (f"; in a table: {agg}" if agg else "") + " (a runs column)"
+    for suffix, bound in (("_lo", "lower"), ("_hi", "upper")):
+        base = column.removesuffix(suffix)
+        if base != column and define(base) is not None:
+            return (f"the {bound} bound of {base}'s confidence interval (evaluation.ci, bootstrap over prompts), "
+                    f"in {base}'s unit")
+    base = column.removeprefix("paper_")
+    if base != column and define(base) is not None:
+        return (f"the paper's {base} for paper_model on paper_benchmark at the row's setting (mrp_repro/paper_data/), "
+                "blank where the paper does not report it")
+    return None
+
+
+def undefined_columns(columns: Iterable[str]) -> list[str]:
+    """The columns the glossary does not define, in order."""
+    return [str(c) for c in columns if define(c) is None]
+
+
+def require_defined(columns: Iterable[str], table: str) -> None:
+    """ValueError naming every column of `table` without a glossary entry (and where to add it)."""
+    missing = undefined_columns(columns)
+    if missing:
+        raise ValueError(
+            f"table {table!r} has column(s) {', '.join(missing)} without a definition; define each once in "
+            "mrp_repro/measure/schema.py TABLE_COLUMNS (unit; how it is computed), or rename it to a defined column"
+        )

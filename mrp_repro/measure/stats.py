@@ -93,6 +93,15 @@ def ratio_ci(num_m, den_m, num_s, den_s, n_boot: int = 1000, ci: float = 0.95, s
     return (point, *_quantiles(r[np.isfinite(r)], ci))
 
 
+#: the modes whose outputs are token-identical to static(1) by construction: `lossless` checks them
+LOSSLESS_MODES = ("static", "speculative")
+
+
+def _claims_lossless(key, by: list[str]) -> bool:
+    mode = dict(zip(by, key, strict=True)).get("mode")
+    return mode is None or mode in LOSSLESS_MODES
+
+
 #: the runs columns summarize reads
 SUMMARY_NEEDS = [*SETTING_KEYS, "correct", "valid_chain", "tokens", "denoise_forwards", "commit_forwards",
                  "mrp_forwards", "rounds", "revoked", "accept_lengths", "wall_s", "identical_to_static"]  # fmt: skip
@@ -103,7 +112,8 @@ def summarize(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: in
     """One row per setting: n, accuracy / accuracy_lo / accuracy_hi (%), valid_chain (%), tpf (tokens per
     denoising forward, pooled), backbone_forwards / denoise_forwards / mrp_forwards / rounds / revoked (per
     prompt), mean_accept, tokens_per_s, speedup (tokens/s over the static setting of the same model,
-    benchmark and batch size), lossless (every output identical to static), tpf_share_of_oracle
+    benchmark and batch size), lossless (static and speculative: every output identical to static; None for the
+    lossy modes, whose outputs may equal static's by chance), tpf_share_of_oracle
     (speculative: TPF over the oracle drafter's at the same K)."""
     require(runs, SUMMARY_NEEDS, "stats.summarize")
     by = list(by)
@@ -124,7 +134,8 @@ def summarize(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: in
             "rounds": g["rounds"].mean(), "revoked": g["revoked"].mean(),
             "mean_accept": float(np.mean(acc_len)) if acc_len else math.nan,
             "wall_s": wall, "tokens_per_s": g["tokens"].sum() / wall if wall > 0 else math.nan,
-            "lossless": bool(g["identical_to_static"].astype(bool).all()),
+            # the guarantee of static and speculative, checked; the lossy modes claim none (blank)
+            "lossless": bool(g["identical_to_static"].astype(bool).all()) if _claims_lossless(key, by) else None,
         })  # fmt: skip
     s = pd.DataFrame(rows)
     if s.empty:

@@ -111,8 +111,8 @@ def _adjacent_similar(tables, numeric) -> Outcome:
 def _spec_lossless(tables, numeric) -> Outcome:
     if m := _missing(tables, "speculative"):
         return m
-    t = require(tables["speculative"], ["identical_to_static"], "speculative-lossless")
-    ident = float(t["identical_to_static"].min())
+    t = require(tables["speculative"], ["identical_share"], "speculative-lossless")
+    ident = float(t["identical_share"].min())
     ours = f"{100 * ident:.1f}% of outputs identical to static (worst benchmark and K)"
     if ident == 1.0:
         return Outcome(ours, HOLDS, "every speculative output equals static greedy decoding token for token")
@@ -287,7 +287,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("speculative-lossless", "Speculative mode is lossless: output identical to static greedy decoding.",
           "abstract; speculative table", "lossless by construction",
           "token-for-token comparison of speculative(K) and static outputs on the same prompts",
-          "speculative", "identical_to_static", "identical fraction = 1.0", _spec_lossless),
+          "speculative", "identical_share", "identical fraction = 1.0", _spec_lossless),
     Claim("speculative-accuracy", "Speculative mode keeps the baseline's accuracy.",
           "speculative table", "e.g. SDAR-8B GSM8K 90.4", "accuracy of speculative vs static on the same prompts",
           "speculative", "accuracy, static_accuracy", "difference = 0", _spec_accuracy),
@@ -352,7 +352,7 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
 
 
 def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False) -> pd.DataFrame:
-    """One row per claim: id, claim, paper, ours, verdict, reason, table, column, measured, threshold."""
+    """One row per claim: id, claim, paper, ours, verdict, reason, table, column, measured, verdict_rule."""
     rows = []
     for c in CLAIMS:
         try:
@@ -361,7 +361,7 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False) -> pd.D
             o = Outcome("–", NA, f"could not read `{c.table}`: {type(e).__name__}: {e}")
         rows.append({"id": c.id, "claim": c.text, "paper": c.paper_figure, "ours": o.ours, "verdict": o.verdict,
                      "reason": o.reason, "source": c.source, "table": c.table, "column": c.column,
-                     "measured": c.measured, "threshold": c.threshold})  # fmt: skip
+                     "measured": c.measured, "verdict_rule": c.threshold})  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -375,14 +375,14 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool) -> s
     )
     lines = [f"# Claims: paper vs reproduced (profile `{profile_name}`)", "",
              f"On this profile {mode}. {len(report)} claims: {summary}.", "",
-             "| claim | paper | ours | verdict | why |", "|---|---|---|---|---|"]  # fmt: skip
+             "| claim | paper | ours | verdict | reason |", "|---|---|---|---|---|"]  # fmt: skip
     for r in report.itertuples(index=False):
         cells = [f"**{r.id}**: {r.claim}", r.paper, r.ours, f"**{r.verdict}**", r.reason]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     lines += ["", "How each claim is measured:", ""]
     for r in report.itertuples(index=False):
         lines.append(f"- `{r.id}` ({r.source}): {r.measured}; table `{r.table}`, column `{r.column}`; "
-                     f"threshold: {r.threshold}.")  # fmt: skip
+                     f"verdict rule: {r.verdict_rule}.")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -50,9 +50,10 @@ def parse_variant(text: str) -> dict:
         out[key.strip()] = yaml.safe_load(value)
     return out
 
-#: read from the head's metrics.json (training/mrp.py)
-HEAD_METRICS = ("heldout_pick_acc", "heldout_pick_acc_baseline", "heldout_kl", "heldout_baseline_kl")
-COLUMNS = ["task", "K", "variant", "tpf_mrp", "tpf_oracle", "tpf_naive", "tpf_share_of_oracle", *HEAD_METRICS]
+#: table column <- the head's metrics.json key (training/mrp.py); "uncorrected": A alone, as in mrp_curve
+HEAD_METRICS = {"heldout_pick_acc": "heldout_pick_acc", "heldout_pick_acc_uncorrected": "heldout_pick_acc_baseline",
+                "heldout_kl": "heldout_kl", "heldout_uncorrected_kl": "heldout_baseline_kl"}  # fmt: skip
+COLUMNS = ["benchmark", "K", "variant", "tpf_mrp", "tpf_oracle", "tpf_naive", "tpf_share_of_oracle", *HEAD_METRICS]
 
 
 def _tpf(backbone, prompts, policy, max_new: int, batch: int) -> float:
@@ -66,7 +67,7 @@ def _tpf(backbone, prompts, policy, max_new: int, batch: int) -> float:
 
 def drafter_table(profile, backbone, variants: Sequence[dict] = VARIANTS, n_prompts: int = 200,
                   Ks: Sequence[int] | None = None, progress: bool = False) -> pd.DataFrame:  # fmt: skip
-    """One row per (task, K, variant); columns COLUMNS (see the module docstring)."""
+    """One row per (benchmark, K, variant); columns COLUMNS (see the module docstring)."""
     from mrp_repro import stages
     from mrp_repro.backbone import encode_prompts
     from mrp_repro.decoding import Speculative
@@ -90,9 +91,9 @@ def drafter_table(profile, backbone, variants: Sequence[dict] = VARIANTS, n_prom
                                         for dr in ("oracle", "naive")]  # fmt: skip
                 oracle, naive = ceiling[task, K]
                 mrp = _tpf(backbone, ps, Speculative(K, "mrp", head=head), d.max_new_tokens, d.batch_size)
-                rows.append(dict(task=task, K=K, variant=variant_name(overrides), tpf_mrp=mrp, tpf_oracle=oracle,
+                rows.append(dict(benchmark=task, K=K, variant=variant_name(overrides), tpf_mrp=mrp, tpf_oracle=oracle,
                                  tpf_naive=naive, tpf_share_of_oracle=mrp / oracle,
-                                 **{c: m[c] for c in HEAD_METRICS}))  # fmt: skip
+                                 **{c: m[k] for c, k in HEAD_METRICS.items()}))  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

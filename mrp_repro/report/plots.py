@@ -12,6 +12,7 @@ the colour-blind palette. Tables: mrp_repro.report.tables.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -25,7 +26,7 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = [
     "set_theme", "save_figure", "plot_adjacent", "plot_remasking", "plot_lookahead", "plot_speculative",
-    "plot_speedup", "plot_training_curve", "plot_trajectory",
+    "plot_speedup", "plot_training_curve", "plot_trajectory", "plot_kernels",
 ]  # fmt: skip
 
 PALETTE = "colorblind"
@@ -111,31 +112,89 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
     return fig
 
 
-def plot_remasking(table: pd.DataFrame):
-    """Accuracy vs τ per benchmark: the dynamic baseline and one MRP remasking series per rule
-    (table: paper.remasking_table(rule=None); one row per benchmark x rule x τ)."""
+#: remasking rules: one colour (index into the colour-blind palette), marker and line style each; the baseline is
+#: black, thick and under them, so a rule that equals it (delta, often) shows as a thin line on a thick one
+_RULE_STYLE = {"tau": (3, "o", "-"), "delta": (0, "v", "--"), "loo": (2, "s", "-."), "sequential": (4, "D", ":"),
+               "logp-delta": (5, "^", (0, (5, 1, 1, 1)))}  # fmt: skip
+
+
+def _rule_style(rule: str, i: int) -> tuple:
+    c, marker, ls = _RULE_STYLE.get(rule, (6 + i, "o", "-"))
+    return sns.color_palette(PALETTE, 10)[c % 10], marker, ls
+
+
+def _tpf_by(runs: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """TPF (tokens / denoising forwards, pooled over prompts) per `keys`."""
+    g = runs.groupby(keys)[["tokens", "denoise_forwards"]].sum()
+    return g["tokens"] / g["denoise_forwards"].where(g["denoise_forwards"] > 0)
+
+
+def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
+    """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, on top), one MRP remasking
+    series per rule (its own colour, marker and line style), and the paper's two series for the run's
+    paper_model (grey, dashed: baseline and MRP remasking, at the τ the paper ran); with `runs` (the dynamic
+    and remask runs the table was built from), a second row: the TPF each series reaches, so a gain bought
+    with fewer tokens per forward shows as such. The legend sits below the panels.
+
+    table: paper.remasking_table(rule=None); one row per benchmark x rule x τ."""
+    what = "plot_remasking"
+    _need(table, ["benchmark", "threshold", "rule", "baseline_accuracy", "mrp_remask_accuracy",
+                  "paper_baseline_accuracy", "paper_mrp_remask_accuracy", "paper_model"], what)  # fmt: skip
+    _unique(table, ["benchmark", "rule", "threshold"], what)
+    tpf = None
+    if runs is not None:
+        _need(runs, ["benchmark", "mode", "rule", "threshold", "tokens", "denoise_forwards"], what)
+        r = runs[runs["mode"].isin(["dynamic", "remask"])].assign(threshold=lambda d: d["threshold"].round(3))
+        tpf = _tpf_by(r.assign(rule=r["rule"].where(r["mode"] == "remask", "")), ["benchmark", "rule", "threshold"])
     set_theme()
     benches = list(dict.fromkeys(table["benchmark"]))
-    fig, axes = plt.subplots(1, len(benches), figsize=(4.3 * len(benches), 3.4), squeeze=False, sharey=True)
-    _need(table, ["benchmark", "threshold", "rule", "baseline_accuracy", "mrp_remask_accuracy"], "plot_remasking")
-    _unique(table, ["benchmark", "rule", "threshold"], "plot_remasking")
+    nrows = 1 if tpf is None else 2
+    fig, axes = plt.subplots(nrows, len(benches), figsize=(4.6 * len(benches), 3.3 * nrows + 0.9), squeeze=False,
+                             sharex=True, sharey="row")  # fmt: skip
     rules = list(dict.fromkeys(table["rule"]))
-    colors = _colors(len(rules) + 1)
-    for ax, b in zip(axes[0], benches, strict=True):
+    style = {r: _rule_style(r, i) for i, r in enumerate(rules)}
+    paper_model = str(table["paper_model"].iloc[0])
+    base_style = dict(color="black", marker="s", ms=10, mfc="white", mew=1.8, lw=3.5, zorder=3)
+    for j, b in enumerate(benches):
         g = table[table["benchmark"] == b]
         base = g.drop_duplicates("threshold").sort_values("threshold")
-        ax.errorbar(base["threshold"], base["baseline_accuracy"],
-                    yerr=_yerr(base, "baseline_accuracy"), color="0.3", marker="s", capsize=3,
-                    label="dynamic (no remasking)")  # fmt: skip
-        for c, r in zip(colors[1:], rules, strict=False):
+        ax = axes[0][j]
+        ax.errorbar(base["threshold"], base["baseline_accuracy"], yerr=_yerr(base, "baseline_accuracy"), capsize=3,
+                    label="dynamic, no remasking (ours)", **base_style)  # fmt: skip
+        for r in rules:
             h = g[g["rule"] == r].sort_values("threshold")
-            ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"),
-                        color=c, marker="o", capsize=3, label=f"MRP remask ({r})")  # fmt: skip
-        ax.set_title(b)
-        ax.set_xlabel(LABELS["threshold"])
+            color, marker, ls = style[r]
+            ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
+                        color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
+                        label=f"MRP remask, rule {r} (ours)")  # fmt: skip
+        p = base[base["paper_baseline_accuracy"].notna()]
+        if len(p):
+            ax.plot(p["threshold"], p["paper_baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
+                    label=f"dynamic, no remasking ({paper_model}, paper)")  # fmt: skip
+            ax.plot(p["threshold"], p["paper_mrp_remask_accuracy"], color="0.45", ls="--", marker="o",
+                    label=f"MRP remask, rule tau ({paper_model}, paper)")  # fmt: skip
+        ax.set_title(f"{b} (paper: {g['paper_benchmark'].iloc[0]})" if "paper_benchmark" in g else b)
         ax.set_ylabel(LABELS["accuracy"])
-    axes[0][-1].legend(frameon=False, fontsize=8)
-    fig.tight_layout()
+        if tpf is not None:
+            ax = axes[1][j]
+            t = tpf.loc[b] if b in tpf.index.get_level_values(0) else None
+            if t is None or "" not in t.index.get_level_values(0):
+                raise ValueError(f"{what}: the runs hold no dynamic rows for {b}")
+            d = t.loc[""].sort_index()
+            ax.plot(d.index, d.to_numpy(), label="_tpf dynamic", **base_style)
+            for r in rules:
+                if r in t.index.get_level_values(0):
+                    h = t.loc[r].sort_index()
+                    color, marker, ls = style[r]
+                    ax.plot(h.index, h.to_numpy(), color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
+                            label=f"_tpf {r}")  # fmt: skip
+            ax.set_ylabel("tokens per denoising forward")
+        axes[-1][j].set_xlabel(LABELS["threshold"])
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: (not labels[i].endswith("(ours)"), i))  # ours, then the paper
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower center", ncol=3, frameon=False,
+               fontsize=8)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.035 * math.ceil(len(labels) / 3) / nrows, 1, 1))
     return fig
 
 
@@ -169,9 +228,19 @@ def plot_lookahead(table: pd.DataFrame):
         ax.set_xlabel(LABELS["lookahead_k"])
         ax.set_ylabel(LABELS["accuracy"])
         ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0][-1].legend(frameon=False, fontsize=8)
-    fig.tight_layout()
+    _legend_below(fig, axes[0])
     return fig
+
+
+def _legend_below(fig, axes, ncol: int = 4) -> None:
+    """One legend for every axis, below the panels (never over a line or a label), each label once."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, h)
+    rows = math.ceil(len(seen) / ncol)
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=ncol, frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
 
 
 def _setting_label(mode: str, K) -> str:
@@ -214,12 +283,16 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
         if len(o):
             ceil = o.groupby("K").apply(lambda h: h["tokens"].sum() / max(h["denoise_forwards"].sum(), 1),
                                         include_groups=False)  # fmt: skip
-            ax.scatter([x_of[f"K={int(k)}"] + off for k in ceil.index], ceil.to_numpy(), marker="_", s=400, lw=2.5,
-                       color=colors[b], label=f"{b} oracle ceiling")  # fmt: skip
+            # on top of the points and beside them: at K = 3 the ceiling sits where most prompts are
+            xs = np.array([x_of[f"K={int(k)}"] + off for k in ceil.index], float)
+            ax.hlines(ceil.to_numpy(), xs - width / 2, xs + width / 2, colors="black", linestyles="--", lw=1.2,
+                      zorder=4)  # fmt: skip
+            ax.scatter(xs + width / 2, ceil.to_numpy(), marker="<", s=70, color=colors[b], edgecolors="black",
+                       linewidths=1.2, zorder=5, label=f"{b} oracle ceiling (mean TPF)")  # fmt: skip
     ax.set_xticks(range(len(settings)), settings)
     ax.set_ylabel("tokens per denoising forward")
     ax.set_title(f"TPF per prompt (drafter {drafter})")
-    ax.legend(frameon=False, fontsize=7)
+    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     ax = axes[1]
     series = [(b, k) for b in benches for k in Ks if len(spec[(spec["benchmark"] == b) & (spec["K"] == k)])]
     for (b, k), c in zip(series, _colors(len(series)), strict=True):
@@ -234,7 +307,7 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     ax.set_ylabel("share of rounds")
     ax.set_title("acceptance length")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(frameon=False, fontsize=7)
+    ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
@@ -244,15 +317,23 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     (ours with CI), the paper's number as a black diamond on each bar it stands beside."""
     what = "plot_speedup"
     cols = ["benchmark", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
-            "paper_throughput_speedup"]  # fmt: skip
+            "paper_throughput_speedup", "paper_model"]  # fmt: skip
     _need(speculative, cols + ["K"], what)
-    parts = [speculative.assign(series=[f"speculative K={int(k)}" for k in speculative["K"]])]
+    from mrp_repro.report.paper import PAPER_SPECULATIVE_K
+
+    # the paper's speculative table is at K = 3: its number stands beside that K only
+    spec = speculative.assign(paper_throughput_speedup=speculative["paper_throughput_speedup"].where(
+        speculative["K"] == PAPER_SPECULATIVE_K))  # fmt: skip
+    parts = [spec.assign(series=[f"speculative K={int(k)}" for k in spec["K"]])]
     if direct is not None:
         _need(direct, cols + ["setting"], what)
         d = direct[direct["setting"] != "baseline"]
         parts.append(d.assign(series=[f"direct {s.replace('mrp_', '')}" for s in d["setting"]]))
     df = pd.concat(parts, ignore_index=True)
     _unique(df, ["series", "benchmark"], what)
+    models = sorted(set(df.loc[df["paper_throughput_speedup"].notna(), "paper_model"]))
+    if len(models) > 1:
+        raise ValueError(f"{what}: paper values of {models}; a run compares with one paper model")
     set_theme()
     series = list(dict.fromkeys(df["series"]))
     benches = list(dict.fromkeys(df["benchmark"]))
@@ -262,45 +343,76 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
         g = df[df["series"] == s].set_index("benchmark").reindex(benches)
         x = np.arange(len(benches)) + (i - (len(series) - 1) / 2) * width
         ax.bar(x, g["throughput_speedup"], width, color=c, label=s, yerr=_yerr(g, "throughput_speedup"), capsize=3)
-        ax.scatter(x, g["paper_throughput_speedup"], marker="D", color="black", zorder=3, s=18,
-                   label="paper" if i == 0 else None)  # fmt: skip
+        has = g["paper_throughput_speedup"].notna().to_numpy()
+        if has.any():
+            first = not any(c.get_label().startswith("paper") for c in ax.collections)
+            ax.scatter(x[has], g["paper_throughput_speedup"].to_numpy()[has], marker="D", color="black", zorder=3,
+                       s=22, label=f"paper ({models[0]})" if first else None)  # fmt: skip
     ax.axhline(1.0, color="0.4", lw=1, ls=":")
     ax.set_xticks(np.arange(len(benches)), benches)
     ax.set_ylabel(LABELS["throughput_speedup"])
-    ax.set_title("speedup per benchmark")
-    ax.legend(frameon=False, fontsize=8, ncol=2)
+    ax.set_title(f"speedup per benchmark (paper: speculative at K = {PAPER_SPECULATIVE_K} only)")
+    ax.legend(frameon=False, fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
 
+#: the quantities of a training curve, one panel each: column -> (panel, legend label); a column not listed is
+#: its own panel, labelled by its name
+_CURVE = {
+    "train_loss": ("training loss (nats, per step)", "KL(B ‖ A + C) on the training batch"),
+    "heldout_kl": ("held-out KL (nats)", "KL(B ‖ A + C): with the MRP head"),
+    "heldout_uncorrected_kl": ("held-out KL (nats)", "KL(B ‖ A): uncorrected, no head"),
+}
+
+
 def plot_training_curve(curve: pd.DataFrame, x: str = "step"):
-    """MRP training curve: every numeric column against `x` (train / held-out KL; the uncorrected baseline dashed)."""
+    """A training curve, one panel per quantity (each its own y-label): the training loss per step (with its
+    running mean when there are many steps) and the held-out KL of the head beside the uncorrected KL(B ‖ A)
+    (dashed), for mrp_curve; any other numeric column (e.g. the backbone's loss) in a panel of its own."""
     set_theme()
     cols = [c for c in curve.columns if c != x and pd.api.types.is_numeric_dtype(curve[c]) and curve[c].notna().any()]
     cols = [c for c in cols if c not in ("lr", "epoch", "time_s", "wall_s", "tokens")]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for c, color in zip(cols, _colors(len(cols)), strict=False):
-        g = curve[[x, c]].dropna()
-        baseline = any(w in c for w in ("baseline", "uncorrected", "no_mrp"))
-        ax.plot(g[x], g[c], ls="--" if baseline else "-", marker=None if len(g) > 20 else "o", color=color,
-                label=c.replace("_", " "))  # fmt: skip
-    ax.set_xlabel("training step")
-    ax.set_ylabel("KL(B ‖ A + C), nats")
-    ax.set_title("MRP training")
-    ax.legend(frameon=False, fontsize=8)
+    if not cols:
+        raise ValueError(f"plot_training_curve: no numeric column beside {x!r} to draw")
+    panels = list(dict.fromkeys(_CURVE.get(c, (c, c))[0] for c in cols))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), 3.6), squeeze=False)
+    colors = dict(zip(cols, _colors(len(cols)), strict=True))
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for c in (c for c in cols if _CURVE.get(c, (c, c))[0] == panel):
+            g = curve[[x, c]].dropna()
+            label = _CURVE.get(c, (c, c.replace("_", " ")))[1]
+            baseline = any(w in c for w in ("baseline", "uncorrected", "no_mrp"))
+            many = len(g) > 20
+            ax.plot(g[x], g[c], ls="--" if baseline else "-", marker=None if many else "o", color=colors[c],
+                    alpha=0.35 if many else 1.0, lw=1 if many else 1.8, label=label)  # fmt: skip
+            if many:
+                w = max(len(g) // 50, 5)
+                ax.plot(g[x], g[c].rolling(w, min_periods=1).mean(), color=colors[c], lw=2,
+                        label=f"running mean over {w} steps")  # fmt: skip
+        ax.set_xlabel("training step")
+        ax.set_ylabel(panel)
+        ax.legend(frameon=False, fontsize=8)
+    if any(c in _CURVE for c in cols):
+        fig.suptitle("MRP head training", fontsize=11)
     fig.tight_layout()
     return fig
 
 
 _KIND_STYLE = {"reveal": ("o", 0), "draft": ("s", 1), "accept": ("^", 2), "revoke": ("X", 3)}
+_KIND_LABEL = {"reveal": "reveal (a token written)", "revoke": "revoke (masked again: red X)",
+               "draft": "draft", "accept": "accepted draft"}  # fmt: skip
 
 
 def plot_trajectory(trace: pd.DataFrame | list[dict], row: int | None = None, block: int | None = None,
-                    decode_token=None):  # fmt: skip
-    """One block's reveal order, step by step: a marker per event at (position, step), revoked tokens as red X.
+                    decode_token=None, setting: str = "", row_names=None):  # fmt: skip
+    """One block's reveal order, step by step: a marker per event at (position, step), revoked tokens as red X,
+    each revealed or accepted token's text above its marker (what the step wrote there; · for whitespace).
 
     `trace`: the engine's events (row, block, step, kind in reveal/revoke/draft/accept, pos, token). Default
-    block: the one with the most revocations (else the most events) of the chosen row.
+    block: the one with the most revocations (else the most events) of the chosen row. `setting` (the policy's
+    name, e.g. remask(0.5,sequential): τ and rule) and `row_names` (per row, e.g. its benchmark and problem id)
+    go into the title, so the figure says what it shows.
     """
     set_theme()
     df = pd.DataFrame(trace)
@@ -319,7 +431,7 @@ def plot_trajectory(trace: pd.DataFrame | list[dict], row: int | None = None, bl
     pos0 = g["pos"].min()
     colors = _colors(4)
     fig, ax = plt.subplots(
-        figsize=(max(5, 0.55 * (g["pos"].max() - pos0 + 1) + 2), max(3, 0.35 * g["step"].nunique() + 1.5))
+        figsize=(max(7, 0.55 * (g["pos"].max() - pos0 + 1) + 3), max(3, 0.35 * g["step"].nunique() + 1.5))
     )
     for kind, (marker, ci) in _KIND_STYLE.items():
         h = g[g["kind"] == kind]
@@ -327,19 +439,72 @@ def plot_trajectory(trace: pd.DataFrame | list[dict], row: int | None = None, bl
             continue
         color = "crimson" if kind == "revoke" else colors[ci]
         ax.scatter(h["pos"] - pos0, h["step"], marker=marker, s=140 if kind == "revoke" else 90, color=color,
-                   label=kind, zorder=3 if kind == "revoke" else 2, alpha=0.9)  # fmt: skip
+                   label=_KIND_LABEL.get(kind, kind), zorder=3 if kind == "revoke" else 2, alpha=0.9)  # fmt: skip
         if kind in ("reveal", "accept"):
             for p, s, t in zip(h["pos"], h["step"], h["token"], strict=True):
                 txt = decode_token(int(t)) if decode_token else str(t)
-                ax.annotate(txt, (p - pos0, s), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7)
-    ax.invert_yaxis()
+                txt = txt.strip() or "·"  # whitespace
+                ax.annotate(txt, (p - pos0, s), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8)
+    steps = g["step"]
+    ax.set_ylim(steps.max() + 0.5, steps.min() - 0.8)  # inverted: step 0 on top, room for its labels
     ax.set_xlabel("position in block")
     ax.set_ylabel("denoising step")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(
-        f"row {row}, block {block}: reveal order" + (" (red X: revoked)" if (g["kind"] == "revoke").any() else "")
-    )
+    name = f"{row_names[row]}, " if row_names is not None and row < len(row_names) else ""
+    first = " ".join(x for x in (setting, f"on {name}row {row}" if setting else f"{name}row {row}") if x)
+    ax.set_title(f"{first}, block {block}:\nreveal order (text: the token written at that step)", fontsize=10)
     ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
+    return fig
+
+
+def plot_kernels(df: pd.DataFrame):
+    """The kernel benchmark (kernels.bench.run_benchmark's rows), saying what it compares. With two or more
+    implementations timed (CUDA: triton, torch, torch.compile): achieved read bandwidth vs N per op, one line each,
+    the HBM peak where known. With the reference alone (CPU: Triton needs CUDA, compile not requested): its
+    milliseconds per call vs N, and the title says so, naming why each other implementation is absent."""
+    what = "plot_kernels"
+    _need(df, ["op", "n", "vocab", "dtype", "device", "impl", "time_ms", "gbps", "note"], what)
+    _unique(df, ["op", "n", "impl"], what)
+    set_theme()
+    ops = list(dict.fromkeys(df["op"]))
+    timed = [i for i in dict.fromkeys(df["impl"]) if df.loc[df["impl"] == i, "time_ms"].notna().any()]
+    if not timed:
+        raise ValueError(f"{what}: no implementation was timed; notes: {sorted(set(df['note']))}")
+    absent = {i: "; ".join(sorted(set(df.loc[df["impl"] == i, "note"].dropna().astype(str)))) or "not timed"
+              for i in dict.fromkeys(df["impl"]) if i not in timed}  # fmt: skip
+    compare = len(timed) > 1
+    col, ylabel = ("gbps", "achieved read bandwidth (GB/s)") if compare else ("time_ms", "milliseconds per call")
+    fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops), 3.4), squeeze=False, sharey=not compare)
+    colors = dict(zip(dict.fromkeys(df["impl"]), _colors(df["impl"].nunique()), strict=True))
+    dev = str(df["device"].iloc[0])
+    from mrp_repro.kernels.bench import _peak_gbps
+
+    peak = _peak_gbps(dev) if compare else None
+    ns = sorted(df["n"].unique())
+    for ax, op in zip(axes[0], ops, strict=True):
+        for impl in timed:
+            g = df[(df["op"] == op) & (df["impl"] == impl)].dropna(subset=[col]).sort_values("n")
+            ax.plot(g["n"], g[col], marker="o", color=colors[impl], label=impl)
+        if peak:
+            ax.axhline(peak, color="black", ls="--", lw=1, label=f"HBM peak {peak / 1000:.1f} TB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
+        if compare:
+            ax.set_yscale("log")
+        ax.set_xlabel("rows N of the [N, V] logits")
+        ax.set_title(op, fontsize=10)
+    axes[0][0].set_ylabel(ylabel)
+    head = f"V = {int(df['vocab'].iloc[0])}, {df['dtype'].iloc[0]}, {dev}"
+    if compare:
+        title = f"{' vs '.join(timed)} ({head})"
+    else:
+        why = "; ".join(f"{i}: {n}" for i, n in absent.items())
+        name = {"torch": "the PyTorch reference (torch)", "triton": "the Triton kernel"}.get(timed[0], timed[0])
+        title = (f"only {name} is timed here: nothing to compare it with ({head})\nnot timed: {why}. The Triton "
+                 "kernels' correctness off CUDA: tests/test_kernels.py (Triton interpreter)")  # fmt: skip
+    fig.suptitle(title, fontsize=9)
+    _legend_below(fig, axes[0])
     return fig

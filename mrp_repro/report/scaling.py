@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"nproc {n}: {wall:.1f}s ({dec:.1f}s decoding on the busiest rank), identical to 1: {same}", flush=True)
     df = pd.DataFrame(rows)
     one = df[df["nproc"] == 1].iloc[0]
-    df["speedup"] = one["wall_s"] / df["wall_s"]
-    df["decode_speedup"] = one["decode_s"] / df["decode_s"]
-    df["efficiency"] = df["decode_speedup"] / df["nproc"]
+    df["nproc_speedup"] = one["wall_s"] / df["wall_s"]
+    df["decode_nproc_speedup"] = one["decode_s"] / df["decode_s"]
+    df["efficiency"] = df["decode_nproc_speedup"] / df["nproc"]
     import torch
 
     device = "cuda" if torch.cuda.is_available() else f"cpu ({os.cpu_count()} cores)"

@@ -8,12 +8,13 @@
 
 Per task: one prompt at a time (and --batch rows at a time), static(1) and speculative(K, mrp) for each K, each
 with the upstream engine (every commit its own forward) and with fuse_commit=True, interleaved in one process,
-median wall time of --repeats passes (trace off). Columns: wall_s, speedup (static of the same engine / this),
-predicted (the cost model, measure/cost.py, at the same batch: static forwards / (forwards - rounds + rounds *
-verify_cost + head calls * head_cost)), ceiling (the same costs at the oracle's TPF: report.shapes), tpf and
-tpf_vs_oracle (speculative(K, oracle) is the ceiling), lossless (tokens identical to static on every prompt), and
-a breakdown of one instrumented pass: seconds in block forwards, verifies, commits, head steps, head commits, and
-outside model calls. targets_table checks the batch-1 rows against issue 14's TARGETS; speed.md holds the three
+median wall time of --repeats passes (trace off). Columns (defined in measure/schema.py TABLE_COLUMNS): benchmark,
+batch_size, engine, setting, wall_s, speedup (static of the same engine / this), predicted_speedup (the cost
+model, measure/cost.py, at the same batch: static forwards / (forwards - rounds + rounds * verify_cost + head calls
+* head_cost)), ceiling_speedup (the same costs at the oracle's TPF: report.shapes), tpf and tpf_share_of_oracle
+(speculative(K, oracle) is the ceiling), lossless (tokens identical to static on every prompt), and a breakdown
+of one instrumented pass: seconds in block forwards, verifies, commits, head steps, head commits, and outside model
+calls. targets_table checks the batch-1 rows against issue 14's TARGETS; speed.md holds the three
 tables (speed, targets, the head step's parts).
 """
 
@@ -89,7 +90,7 @@ def _sum(stats, name):
 
 @torch.no_grad()
 def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: int = 3, max_new: int | None = None):
-    """prompts: {task: [token ids]} -> one row per (task, batch, engine, policy)."""
+    """prompts: {benchmark: [token ids]} -> one row per (benchmark, batch_size, engine, setting)."""
     from mrp_repro.measure.cost import cost_model
     from mrp_repro.report.shapes import ceiling_speedup
 
@@ -121,7 +122,7 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                         timer.close()
                     total = time.perf_counter() - t0
                     wall = float(pd.Series(times[(eng, name)]).median())
-                    row = dict(task=task, batch=batch, engine=eng, policy=pol.name, wall_s=wall,
+                    row = dict(benchmark=task, batch_size=batch, engine=eng, setting=pol.name, wall_s=wall,
                                speedup=t_static / wall, lossless=toks == want, tokens=_sum(st, "tokens"),
                                denoise_forwards=_sum(st, "denoise_forwards"), forwards=_sum(st, fw),
                                tpf=_sum(st, "tokens") / max(_sum(st, "denoise_forwards"), 1),
@@ -132,13 +133,14 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                         pred_t = (
                             row["forwards"] - row["rounds"] + row["rounds"] * vc + row["mrp_forwards"] * cm["head_cost"]
                         )
-                        row["predicted"] = static_fw / pred_t
-                        row["ceiling"] = ceiling_speedup(bb.block_size, pol.K, vc, cm["head_cost"])
+                        row["predicted_speedup"] = static_fw / pred_t
+                        row["ceiling_speedup"] = ceiling_speedup(bb.block_size, pol.K, vc, cm["head_cost"])
                         _, so = _run(bb, ps, Speculative(pol.K, "oracle"), max_new, batch, fuse)
-                        row["tpf_vs_oracle"] = row["tpf"] / (_sum(so, "tokens") / max(_sum(so, "denoise_forwards"), 1))
+                        oracle_tpf = _sum(so, "tokens") / max(_sum(so, "denoise_forwards"), 1)
+                        row["tpf_share_of_oracle"] = row["tpf"] / oracle_tpf
                         row["verify_cost"] = vc
                     else:
-                        row["predicted"] = 1.0
+                        row["predicted_speedup"] = 1.0
                     for kind in ("block", "fused", "verify", "commit", "head_step", "head_commit"):
                         row[f"s_{kind}"] = timer.t.get(kind, 0.0)
                     row["s_outside"] = total - sum(timer.t.values())
@@ -149,35 +151,36 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
 #: issue 14's targets, one prompt at a time: (target, K, the row's value, passes)
 TARGETS = (
     ("speculative K=3 >= 1.4x static", 3, lambda r: r.speedup, lambda v: v >= 1.4),
-    ("measured within 10% of the cost model", 3, lambda r: r.speedup / r.predicted, lambda v: abs(v - 1) <= 0.1),
-    ("TPF >= 95% of the oracle at K=3", 3, lambda r: r.tpf_vs_oracle, lambda v: v >= 0.95),
-    ("TPF >= 90% of the oracle at K=5", 5, lambda r: r.tpf_vs_oracle, lambda v: v >= 0.90),
+    ("measured within 10% of the cost model", 3, lambda r: r.speedup / r.predicted_speedup,
+     lambda v: abs(v - 1) <= 0.1),
+    ("TPF >= 95% of the oracle at K=3", 3, lambda r: r.tpf_share_of_oracle, lambda v: v >= 0.95),
+    ("TPF >= 90% of the oracle at K=5", 5, lambda r: r.tpf_share_of_oracle, lambda v: v >= 0.90),
     ("head step <= 0.12 forwards", 3, lambda r: r.head_cost, lambda v: v <= 0.12),
     ("lossless on every prompt", 3, lambda r: float(r.lossless), lambda v: v == 1.0),
 )
 
 
 def targets_table(df: pd.DataFrame) -> pd.DataFrame:
-    """speed_table rows at batch 1 -> one row per (task, engine, target): value, met, and `ceiling` (the
+    """speed_table rows at batch 1 -> one row per (benchmark, engine, target): value, met, and `ceiling_speedup` (the
     speedup at the oracle's TPF with the same verify and head costs, report.shapes.ceiling_speedup)."""
-    need = ["task", "batch", "engine", "policy", "speedup", "predicted", "tpf_vs_oracle", "head_cost", "lossless",
-            "ceiling"]  # fmt: skip
+    need = ["benchmark", "batch_size", "engine", "setting", "speedup", "predicted_speedup", "tpf_share_of_oracle",
+            "head_cost", "lossless", "ceiling_speedup"]  # fmt: skip
     missing = [c for c in need if c not in df.columns]
     if missing:
         raise KeyError(f"targets_table needs speed_table column(s) {', '.join(missing)}")
-    one = df[df["batch"] == 1]
+    one = df[df["batch_size"] == 1]
     if one.empty:
         raise ValueError("targets_table: no batch-1 rows (run speed_table with 1 in batches)")
     rows = []
-    for (task, engine), g in one.groupby(["task", "engine"], sort=False):
-        by_policy = {p: r for p, r in zip(g["policy"], g.itertuples(), strict=True)}
+    for (bench, engine), g in one.groupby(["benchmark", "engine"], sort=False):
+        by_setting = {p: r for p, r in zip(g["setting"], g.itertuples(), strict=True)}
         for target, K, value, passes in TARGETS:
-            r = by_policy.get(f"speculative({K},mrp)")
+            r = by_setting.get(f"speculative({K},mrp)")
             if r is None:
-                raise KeyError(f"targets_table: no speculative({K},mrp) row for {task}/{engine}")
+                raise KeyError(f"targets_table: no speculative({K},mrp) row for {bench}/{engine}")
             v = float(value(r))
-            rows.append(dict(task=task, engine=engine, target=target, value=v, met=bool(passes(v)),
-                             ceiling=float(r.ceiling)))  # fmt: skip
+            rows.append(dict(benchmark=bench, engine=engine, target=target, value=v, met=bool(passes(v)),
+                             ceiling_speedup=float(r.ceiling_speedup)))  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -268,9 +271,9 @@ def main(argv=None) -> None:
     max_new = P.decoding.max_new_tokens
     df = speed_table(bb, head, prompts, a.Ks, a.batches, a.repeats, max_new)
     hb = head_breakdown(bb.model, head, bb.block_size)
-    cols = ["task", "batch", "engine", "policy", "wall_s", "speedup", "predicted", "ceiling", "tpf", "tpf_vs_oracle",
-            "lossless", "forwards", "verify_cost", "head_cost", "s_block", "s_fused", "s_verify", "s_commit",
-            "s_head_step", "s_head_commit", "s_outside"]  # fmt: skip
+    cols = ["benchmark", "batch_size", "engine", "setting", "wall_s", "speedup", "predicted_speedup", "ceiling_speedup",
+            "tpf", "tpf_share_of_oracle", "lossless", "forwards", "verify_cost", "head_cost", "s_block", "s_fused",
+            "s_verify", "s_commit", "s_head_step", "s_head_commit", "s_outside"]  # fmt: skip
     table = df[[c for c in cols if c in df]]
     from mrp_repro.report.tables import format_table, markdown
 
@@ -281,14 +284,21 @@ def main(argv=None) -> None:
     text = "\n\n".join(f"## {name}\n\n" + markdown(format_table(t, 3)) for name, t in parts.items())
     print(text)
     if a.out:
+        from mrp_repro.measure.schema import require_defined
+        from mrp_repro.report.tables import write_glossary
+
+        for name, t in {"csv": df, **parts}.items():  # every column defined, as tables.save_table requires
+            require_defined(t.columns, f"{a.name} ({name})")
         a.out.mkdir(parents=True, exist_ok=True)
         df.to_csv(a.out / f"{a.name}.csv", index=False)
         note = (
             f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s)"
             f"{', compiled' if a.compile else ''}{'; profile overrides ' + a.set if a.set else ''}. "
-            "predicted: the cost model on this run's counts; ceiling: the same costs at the oracle's TPF."
+            "predicted_speedup: the cost model on this run's counts; ceiling_speedup: the same costs at the oracle's "
+            "TPF."
         )
         (a.out / f"{a.name}.md").write_text(text + f"\n{note}\n")
+        write_glossary(a.out)
     if not math.isfinite(hb["step_forwards"]):
         sys.exit("speed: head timing failed")
 
