@@ -30,7 +30,10 @@ EXPECTED = {
         "tables": ["speculative", "modes", "speculative_drafters"],
         "figures": ["speculative", "speedup"],
     },
-    "06_direct_lookahead": {"tables": ["direct", "lookahead"], "figures": ["lookahead"]},
+    "06_direct_lookahead": {
+        "tables": ["direct", "lookahead", "matched_speed"],
+        "figures": ["lookahead", "matched_speed"],
+    },
     "07_remasking": {"tables": ["remasking", "remasking_by_rule"], "figures": ["remasking", "trajectory"]},
     "08_kernels": {"tables": ["kernels_gbps"], "files": ["kernels.csv", "kernels.png", "kernels.pdf"]},
     "09_claims": {"tables": ["claims_table"], "files": ["claims.md", "claims.csv"]},
