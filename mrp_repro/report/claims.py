@@ -614,7 +614,8 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
         out["lookahead"] = paper.lookahead_table(results["lookahead_runs"], **kw)
     if "remasking_runs" in results:
         out["remasking"] = paper.remasking_table(results["remasking_runs"], rule="tau", **kw)
-    if "modes_runs" in results:
+    modes = set(results["modes_runs"]["mode"]) if "modes_runs" in results else set()
+    if {"static", "dynamic"} <= modes and modes & set(pareto.COMPARED):  # else: not measured
         out["matched_speed"] = pareto.matched_speed_table(results["modes_runs"], **kw)
     return out
 
