@@ -135,3 +135,15 @@ def test_untrained_backbone_fails_the_adjacent_claim(smoke_profile):
     assert (d1["relative_kl_lo"] > RELATIVE_KL_MAX).all(), d1
     rows = claims.check_claims({"adjacent": df}).set_index("id")
     assert rows.loc["adjacent-similar", "verdict"] == claims.NOT, rows.loc["adjacent-similar"]
+
+
+def test_relative_figure_draws_every_model_and_the_threshold():
+    from runs_helpers import synthetic_adjacent
+
+    from mrp_repro.report import plots
+
+    fig = plots.plot_adjacent_relative(synthetic_adjacent(True))
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert {TRAINED, RANDOM_INIT, RANDOM_BASELINE} <= set(labels) and any("threshold" in x for x in labels)
+    assert RELATIVE_KL_MAX in [line.get_ydata()[0] for line in ax.get_lines() if len(set(line.get_ydata())) == 1]

@@ -24,7 +24,7 @@ EXPECTED = {
     "00_environment": {"tables": ["environment", "profile"]},
     "01_backbone": {"tables": ["backbone"], "figures": ["backbone_curve"]},
     "02_trajectories": {"tables": ["trajectories"]},
-    "03_adjacent_step_logits": {"tables": ["adjacent"], "figures": ["adjacent"]},
+    "03_adjacent_step_logits": {"tables": ["adjacent"], "figures": ["adjacent", "adjacent_relative"]},
     "04_train_mrp": {"tables": ["mrp_curve"], "figures": ["mrp_curve"]},
     "05_speculative": {
         "tables": ["speculative", "modes", "speculative_drafters"],
