@@ -12,7 +12,7 @@ mrp_repro/paper_data/, for the same benchmark; blank where the paper has none), 
 rule. A check returns one row per scope: per benchmark where the paper reports per benchmark, and *extensions*
 (settings outside the paper's grid, e.g. τ = 0.3) in rows of their own, never folded into the paper's claim.
 
-Verdicts (VERDICTS), the same rule shape for every claim with a CI:
+Verdicts (report.verdicts.VERDICTS, re-exported here), the same rule shape for every claim with a CI:
 - ``holds``: the statistic's CI clears the null (and, for a sized claim on a comparable profile, the paper's
   number within the tolerance);
 - ``holds in direction; size not compared``: a sized claim whose direction holds on a profile whose numbers are
@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,18 +36,31 @@ from mrp_repro.measure import stats
 from mrp_repro.measure.adjacent import RANDOM_MODELS, RELATIVE_KL_MAX, SUBSET, TRAINED
 from mrp_repro.measure.schema import require
 from mrp_repro.report import paper, pareto
+from mrp_repro.report.verdicts import (
+    DIRECTION,
+    HOLDS,
+    NA,
+    NOT,
+    NOT_SHOWN,
+    SHORT,
+    VERDICTS,
+    Context,
+    Outcome,
+    direction,
+    fmt,
+    fmt_ci,
+    missing,
+    na,
+    report_markdown,
+    sized,
+    write_report,
+)
 
-__all__ = ["Claim", "CLAIMS", "VERDICTS", "Outcome", "PAPER_SPEC_K", "SPEEDUP_TOLERANCE", "GAIN_TOLERANCE",
-           "DIRECT_MAX_DROP", "tables_from_results", "check_claims", "is_numeric_profile", "paper_taus",
-           "report_markdown", "write_report"]  # fmt: skip
-
-HOLDS = "holds"
-DIRECTION = "holds in direction; size not compared"
-SHORT = "holds in direction, not in size"
-NOT_SHOWN = "not shown"
-NOT = "does not hold"
-NA = "not measured"
-VERDICTS = (HOLDS, DIRECTION, SHORT, NOT_SHOWN, NOT, NA)
+__all__ = ["Claim", "CLAIMS", "PAPER_SPEC_K", "SPEEDUP_TOLERANCE", "GAIN_TOLERANCE", "DIRECT_MAX_DROP",
+           "tables_from_results", "check_claims", "is_numeric_profile", "paper_taus",
+           # the verdict vocabulary and the writer (report.verdicts), for the report's callers
+           "VERDICTS", "HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "Outcome", "report_markdown",
+           "write_report"]  # fmt: skip
 
 #: the paper's speculative K (its speculative table is K = 3 only: paper_data/SOURCE.md)
 PAPER_SPEC_K = 3
@@ -64,26 +76,6 @@ DIRECT_STEPS = (1, 2)
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """One verdict row: scope (a benchmark, a setting, or "" for the whole claim), our numbers, the paper's."""
-
-    scope: str
-    ours: str
-    paper: str
-    verdict: str
-    reason: str
-    extension: bool = False
-
-
-@dataclass(frozen=True)
-class Context:
-    numeric: bool  # the profile's paper.comparable
-    paper_model: str  # the declared paper model: every paper number comes from its rows
-    n_boot: int = 1000
-    ci: float = 0.95
-
-
-@dataclass(frozen=True)
 class Claim:
     id: str
     text: str  # the claim, in the paper's words or close
@@ -95,46 +87,6 @@ class Claim:
     rule: str  # the verdict rule, as printed
     table: str  # the table it reads
     check: Callable[[dict[str, pd.DataFrame], Context], list[Outcome]] = field(repr=False)
-
-
-def _na(reason: str, scope: str = "") -> list[Outcome]:
-    return [Outcome(scope, "–", "", NA, reason)]
-
-
-def _missing(tables, *names) -> list[Outcome] | None:
-    for n in names:
-        t = tables.get(n)
-        if t is None or len(t) == 0:
-            return _na(f"no `{n}` results on this profile")
-    return None
-
-
-def _f(x, d=1) -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
-
-
-def _ci(x, lo, hi, d=1, sign=False) -> str:
-    fmt = f"{{:+.{d}f}}" if sign else f"{{:.{d}f}}"
-    return "–" if x is None or math.isnan(x) else f"{fmt.format(x)} [{fmt.format(lo)}, {fmt.format(hi)}]"
-
-
-def _direction(lo: float, hi: float, null: float) -> str:
-    """HOLDS when the CI is above the null, NOT when below, NOT_SHOWN when it holds it."""
-    if lo > null:
-        return HOLDS
-    if hi < null:
-        return NOT
-    return NOT_SHOWN
-
-
-def _sized(direction: str, ctx: Context, has_paper: bool, size_ok: bool) -> str:
-    """A sized claim's verdict from its direction: the size is judged only on comparable profiles with a paper
-    number."""
-    if direction != HOLDS:
-        return direction
-    if not ctx.numeric or not has_paper:
-        return DIRECTION
-    return HOLDS if size_ok else SHORT
 
 
 def paper_taus(paper_model: str) -> tuple[float, float] | None:
@@ -156,7 +108,7 @@ def _paper_row(table: str, ctx: Context, **keys) -> pd.DataFrame:
 
 
 def _adjacent_similar(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "adjacent"):
+    if m := missing(tables, "adjacent"):
         return m
     cols = ["model", "subset", "distance", "kl_median", "kl_null_median", "top1_agreement", "relative_kl",
             "relative_kl_lo", "relative_kl_hi"]  # fmt: skip
@@ -164,18 +116,18 @@ def _adjacent_similar(tables, ctx) -> list[Outcome]:
     t = t[(t["subset"] == SUBSET) & (t["distance"] == 1)]
     tr = t[t["model"] == TRAINED]
     if tr.empty:
-        return _na(f"no `{TRAINED}` row of subset {SUBSET} at distance 1")
+        return na(f"no `{TRAINED}` row of subset {SUBSET} at distance 1")
     if len(tr) > 1 or t["model"].duplicated().any():
         raise ValueError(f"adjacent-similar: more than one row per model in subset {SUBSET} at distance 1")
     r = tr.iloc[0]
     rnd = t[t["model"].isin(RANDOM_MODELS)]
-    ours = (f"relative KL {_ci(r['relative_kl'], r['relative_kl_lo'], r['relative_kl_hi'], 3)} (median KL "
-            f"{_f(r['kl_median'], 4)} adjacent / {_f(r['kl_null_median'], 4)} between positions); top-1 agreement "
-            f"{_f(r['top1_agreement'], 3)}")  # fmt: skip
+    ours = (f"relative KL {fmt_ci(r['relative_kl'], r['relative_kl_lo'], r['relative_kl_hi'], 3)} (median KL "
+            f"{fmt(r['kl_median'], 4)} adjacent / {fmt(r['kl_null_median'], 4)} between positions); top-1 agreement "
+            f"{fmt(r['top1_agreement'], 3)}")  # fmt: skip
     if not rnd.empty:
-        ours += "; " + ", ".join(f"{m}: {_f(v, 3)}" for m, v in zip(rnd["model"], rnd["relative_kl"], strict=True))
+        ours += "; " + ", ".join(f"{m}: {fmt(v, 3)}" for m, v in zip(rnd["model"], rnd["relative_kl"], strict=True))
     # holds when the whole CI is at or below the threshold: the null is "at least RELATIVE_KL_MAX"
-    v = _direction(-float(r["relative_kl_hi"]), -float(r["relative_kl_lo"]), -RELATIVE_KL_MAX)
+    v = direction(-float(r["relative_kl_hi"]), -float(r["relative_kl_lo"]), -RELATIVE_KL_MAX)
     if v == HOLDS and (rnd["relative_kl_hi"] <= RELATIVE_KL_MAX).any():
         return [Outcome("distance 1", ours, "", NOT_SHOWN, "a random init passes as well: the statistic does not "
                         "discriminate on this profile")]  # fmt: skip
@@ -189,22 +141,22 @@ def _adjacent_similar(tables, ctx) -> list[Outcome]:
 
 
 def _mrp_fits_residual(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "mrp_curve"):
+    if m := missing(tables, "mrp_curve"):
         return m
     cols = ["step", "heldout_kl", "heldout_uncorrected_kl"]
     c = require(tables["mrp_curve"], cols, "mrp-fits-residual")[cols].dropna()
     if c.empty:
-        return _na("no step with both held-out and uncorrected KL")
+        return na("no step with both held-out and uncorrected KL")
     last = c.sort_values("step").iloc[-1]
     h, b = float(last["heldout_kl"]), float(last["heldout_uncorrected_kl"])
-    ours = f"held-out KL(B‖A+C) {_f(h, 3)} vs uncorrected KL(B‖A) {_f(b, 3)} (step {int(last['step'])})"
+    ours = f"held-out KL(B‖A+C) {fmt(h, 3)} vs uncorrected KL(B‖A) {fmt(b, 3)} (step {int(last['step'])})"
     if h < b:
         return [Outcome("", ours, "", HOLDS, "A + C is closer to the next-step logits than A alone, held out")]
     return [Outcome("", ours, "", NOT, "A + C is not closer to the next-step logits than A alone, held out")]
 
 
 def _spec_lossless(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "speculative"):
+    if m := missing(tables, "speculative"):
         return m
     t = require(tables["speculative"], ["benchmark", "K", "identical_to_static"], "speculative-lossless")
     out = []
@@ -221,12 +173,12 @@ def _spec_k(tables, what: str) -> pd.DataFrame | list[Outcome]:
     t = tables["speculative"]
     k3 = t[t["K"] == PAPER_SPEC_K]
     if k3.empty:
-        return _na(f"no speculative rows at the paper's K = {PAPER_SPEC_K} ({what})")
+        return na(f"no speculative rows at the paper's K = {PAPER_SPEC_K} ({what})")
     return k3
 
 
 def _spec_accuracy(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "speculative"):
+    if m := missing(tables, "speculative"):
         return m
     require(tables["speculative"], ["benchmark", "K", "accuracy", "static_accuracy", "paper_accuracy"], "spec-acc")
     t = _spec_k(tables, "speculative-accuracy")
@@ -235,14 +187,14 @@ def _spec_accuracy(tables, ctx) -> list[Outcome]:
     out = []
     for r in t.itertuples():
         d = float(r.accuracy - r.static_accuracy)
-        ours = f"{_f(r.accuracy)} vs static {_f(r.static_accuracy)} (K={PAPER_SPEC_K})"
+        ours = f"{fmt(r.accuracy)} vs static {fmt(r.static_accuracy)} (K={PAPER_SPEC_K})"
         v, why = (HOLDS, "equal to static") if abs(d) < 1e-9 else (NOT, f"differs from static by {d:+.1f} points")
-        out.append(Outcome(r.benchmark, ours, _f(r.paper_accuracy), v, why))
+        out.append(Outcome(r.benchmark, ours, fmt(r.paper_accuracy), v, why))
     return out
 
 
 def _spec_speedup(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "speculative"):
+    if m := missing(tables, "speculative"):
         return m
     cols = ["benchmark", "K", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup"]  # fmt: skip
@@ -255,20 +207,20 @@ def _spec_speedup(tables, ctx) -> list[Outcome]:
         x, lo, hi, p = (float(v) for v in (r.throughput_speedup, r.throughput_speedup_lo, r.throughput_speedup_hi,
                                              r.paper_throughput_speedup))  # fmt: skip
         has_p = not math.isnan(p)
-        d = _direction(lo, hi, 1.0)
-        v = _sized(d, ctx, has_p, has_p and x >= (1 - SPEEDUP_TOLERANCE) * p)
+        d = direction(lo, hi, 1.0)
+        v = sized(d, ctx, has_p, has_p and x >= (1 - SPEEDUP_TOLERANCE) * p)
         why = {NOT_SHOWN: "the CI holds 1: faster than static is not shown",
                NOT: "the CI is below 1: slower than static",
-               HOLDS: f"CI above 1 and within {SPEEDUP_TOLERANCE:.0%} of the paper's {_f(p, 2)}× or above",
+               HOLDS: f"CI above 1 and within {SPEEDUP_TOLERANCE:.0%} of the paper's {fmt(p, 2)}× or above",
                DIRECTION: "CI above 1: faster than static; the size is not compared on this profile",
-               SHORT: f"CI above 1, but below {1 - SPEEDUP_TOLERANCE:.2f} × the paper's {_f(p, 2)}×"}[v]  # fmt: skip
-        out.append(Outcome(r.benchmark, f"{_ci(x, lo, hi, 2)}× (K={PAPER_SPEC_K})", f"{_f(p, 2)}×" if has_p else "",
+               SHORT: f"CI above 1, but below {1 - SPEEDUP_TOLERANCE:.2f} × the paper's {fmt(p, 2)}×"}[v]  # fmt: skip
+        out.append(Outcome(r.benchmark, f"{fmt_ci(x, lo, hi, 2)}× (K={PAPER_SPEC_K})", f"{fmt(p, 2)}×" if has_p else "",
                            v, why))  # fmt: skip
     return out
 
 
 def _direct_tradeoff(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "direct", "direct_runs"):
+    if m := missing(tables, "direct", "direct_runs"):
         return m
     cols = ["setting", "benchmark", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_accuracy", "paper_throughput_speedup"]  # fmt: skip
@@ -279,7 +231,7 @@ def _direct_tradeoff(tables, ctx) -> list[Outcome]:
         g = g.set_index("setting")
         steps = [f"mrp_step{s}" for s in DIRECT_STEPS]
         if not set(steps) <= set(g.index) or "baseline" not in g.index:
-            out += _na(f"direct runs lack the baseline or steps {DIRECT_STEPS}", bench)
+            out += na(f"direct runs lack the baseline or steps {DIRECT_STEPS}", bench)
             continue
         static = runs[(runs["benchmark"] == bench) & (runs["mode"] == "static")].set_index("problem_id")["correct"]
         parts, paper_parts, verdicts, size_ok, has_p = [], [], [], True, True
@@ -294,15 +246,15 @@ def _direct_tradeoff(tables, ctx) -> list[Outcome]:
             p_sp = float(r["paper_throughput_speedup"])
             p_dacc = float(r["paper_accuracy"] - g.loc["baseline", "paper_accuracy"])
             has_p = has_p and not (math.isnan(p_sp) or math.isnan(p_dacc))
-            dacc = _ci(dd["diff"], dd["diff_lo"], dd["diff_hi"], 1, True)
-            parts.append(f"step {s}: {_ci(sp, sp_lo, sp_hi, 2)}×, {dacc} pts")
+            dacc = fmt_ci(dd["diff"], dd["diff_lo"], dd["diff_hi"], 1, True)
+            parts.append(f"step {s}: {fmt_ci(sp, sp_lo, sp_hi, 2)}×, {dacc} pts")
             if has_p:
                 paper_parts.append(f"step {s}: {p_sp:.2f}×, {p_dacc:+.1f} pts")
                 size_ok = size_ok and sp >= (1 - SPEEDUP_TOLERANCE) * p_sp and dd["diff"] >= p_dacc - GAIN_TOLERANCE
-            verdicts += [_direction(sp_lo, sp_hi, 1.0), _direction(dd["diff_lo"], dd["diff_hi"], -DIRECT_MAX_DROP)]
+            verdicts += [direction(sp_lo, sp_hi, 1.0), direction(dd["diff_lo"], dd["diff_hi"], -DIRECT_MAX_DROP)]
         faster = float(g.loc[steps[-1], "throughput_speedup"]) > float(g.loc[steps[0], "throughput_speedup"])
         d = NOT if NOT in verdicts or not faster else (NOT_SHOWN if NOT_SHOWN in verdicts else HOLDS)
-        v = _sized(d, ctx, has_p, size_ok)
+        v = sized(d, ctx, has_p, size_ok)
         why = {NOT: f"a step is not faster than static, step {DIRECT_STEPS[-1]} is not faster than step "
                f"{DIRECT_STEPS[0]}, or the accuracy CI is below -{DIRECT_MAX_DROP:g} points",
                NOT_SHOWN: f"a speedup CI holds 1 or an accuracy-change CI holds -{DIRECT_MAX_DROP:g} points",
@@ -330,7 +282,7 @@ def _lookahead_pairs(tables, bench) -> dict[int, dict]:
 
 
 def _naive_collapses(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "lookahead"):
+    if m := missing(tables, "lookahead"):
         return m
     t = require(tables["lookahead"], ["benchmark", "method", "lookahead_k", "accuracy", "accuracy_lo", "accuracy_hi",
                                       "paper_accuracy"], "naive-mtp-collapses")  # fmt: skip
@@ -338,15 +290,15 @@ def _naive_collapses(tables, ctx) -> list[Outcome]:
     for bench, g in t[t["method"] == "naive_mtp"].groupby("benchmark", sort=False):
         g = g.sort_values("lookahead_k")
         if len(g) < 2:
-            out += _na("fewer than two lookahead K for naive MTP", bench)
+            out += na("fewer than two lookahead K for naive MTP", bench)
             continue
         a, z = g.iloc[0], g.iloc[-1]
         half = 0.5 * float(a["accuracy"])
-        v = _direction(-float(z["accuracy_hi"]), -float(z["accuracy_lo"]), -half)
-        ours = f"K={int(a['lookahead_k'])} {_f(a['accuracy'])}% → K={int(z['lookahead_k'])} " + _ci(
+        v = direction(-float(z["accuracy_hi"]), -float(z["accuracy_lo"]), -half)
+        ours = f"K={int(a['lookahead_k'])} {fmt(a['accuracy'])}% → K={int(z['lookahead_k'])} " + fmt_ci(
             z["accuracy"], z["accuracy_lo"], z["accuracy_hi"]) + "%"
         pp = g["paper_accuracy"].dropna()
-        paper_s = " → ".join(_f(x) for x in pp) if len(pp) else ""
+        paper_s = " → ".join(fmt(x) for x in pp) if len(pp) else ""
         why = {HOLDS: "the largest K's accuracy CI is below half of K=1's", NOT: "the largest K's accuracy CI is "
                "above half of K=1's", NOT_SHOWN: "the largest K's accuracy CI holds half of K=1's"}[v]  # fmt: skip
         out.append(Outcome(bench, ours, paper_s, v, why))
@@ -354,18 +306,18 @@ def _naive_collapses(tables, ctx) -> list[Outcome]:
 
 
 def _mrp_graceful(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "lookahead", "lookahead_runs"):
+    if m := missing(tables, "lookahead", "lookahead_runs"):
         return m
     t = require(tables["lookahead"], ["benchmark", "method", "lookahead_k", "paper_accuracy"], "mrp-graceful")
     out = []
     for bench, g in t.groupby("benchmark", sort=False):
         pairs = {k: d for k, d in _lookahead_pairs(tables, bench).items() if k >= 2}
         if not pairs:
-            out += _na("no lookahead K >= 2 with both MRP and naive MTP", bench)
+            out += na("no lookahead K >= 2 with both MRP and naive MTP", bench)
             continue
-        vs = [_direction(d["diff_lo"], d["diff_hi"], 0.0) for d in pairs.values()]
+        vs = [direction(d["diff_lo"], d["diff_hi"], 0.0) for d in pairs.values()]
         v = NOT if NOT in vs else (NOT_SHOWN if NOT_SHOWN in vs else HOLDS)
-        ours = "MRP − naive: " + ", ".join(f"K={k} {_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}"
+        ours = "MRP − naive: " + ", ".join(f"K={k} {fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}"
                                             for k, d in sorted(pairs.items()))  # fmt: skip
         p = g.pivot_table(index="lookahead_k", columns="method", values="paper_accuracy")
         paper_s = ""
@@ -390,29 +342,29 @@ def _remask_rows(tables, ctx):
 
 
 def _gain_outcome(r, scope: str, extension: bool = False) -> Outcome:
-    v = _direction(float(r.gain_lo), float(r.gain_hi), 0.0)
+    v = direction(float(r.gain_lo), float(r.gain_hi), 0.0)
     why = {HOLDS: "the paired gain's CI is above 0", NOT: "the paired gain's CI is below 0",
            NOT_SHOWN: "the paired gain's CI holds 0"}[v]  # fmt: skip
-    return Outcome(scope, f"{_ci(r.gain, r.gain_lo, r.gain_hi, 1, True)} pts", "" if math.isnan(r.paper_gain)
+    return Outcome(scope, f"{fmt_ci(r.gain, r.gain_lo, r.gain_hi, 1, True)} pts", "" if math.isnan(r.paper_gain)
                    else f"{r.paper_gain:+.1f} pts", v, why, extension)  # fmt: skip
 
 
 def _remask_recovers(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "remasking"):
+    if m := missing(tables, "remasking"):
         return m
     inside, outside, (lo_tau, _) = _remask_rows(tables, ctx)
     out = []
     for bench, g in inside.groupby("benchmark", sort=False):
         r = g[np.isclose(g["threshold"], lo_tau)]
         out += ([_gain_outcome(next(r.itertuples()), f"{bench}, τ={lo_tau:g}")] if len(r) else
-                _na(f"no remasking run at the paper's lowest τ = {lo_tau:g}", bench))  # fmt: skip
+                na(f"no remasking run at the paper's lowest τ = {lo_tau:g}", bench))  # fmt: skip
     for r in outside[outside["threshold"] < lo_tau].itertuples():
         out.append(_gain_outcome(r, f"{r.benchmark}, τ={r.threshold:g} (extension: not in the paper)", True))
     return out
 
 
 def _remask_max(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "remasking"):
+    if m := missing(tables, "remasking"):
         return m
     inside, _, rng = _remask_rows(tables, ctx)
     out = []
@@ -424,14 +376,14 @@ def _remask_max(tables, ctx) -> list[Outcome]:
         has_p = not pt.empty
         p_gain = float(pt["gain"].max()) if has_p else math.nan
         p_s = f"{p_gain:+.1f} pts (τ={float(pt.loc[pt['gain'].idxmax(), 'threshold']):g})" if has_p else ""
-        d = _direction(float(r["gain_lo"]), float(r["gain_hi"]), 0.0)
-        v = _sized(d, ctx, has_p, has_p and float(r["gain"]) >= p_gain - GAIN_TOLERANCE)
+        d = direction(float(r["gain_lo"]), float(r["gain_hi"]), 0.0)
+        v = sized(d, ctx, has_p, has_p and float(r["gain"]) >= p_gain - GAIN_TOLERANCE)
         why = {NOT_SHOWN: "the largest gain's CI holds 0", NOT: "the largest gain's CI is below 0",
                HOLDS: f"the largest gain's CI is above 0, within {GAIN_TOLERANCE:g} points of the paper's or above",
                DIRECTION: "the largest gain's CI is above 0; the size is not compared on this profile",
                SHORT: f"the largest gain's CI is above 0, but more than {GAIN_TOLERANCE:g} points below the "
                "paper's"}[v]  # fmt: skip
-        ours = f"{_ci(r['gain'], r['gain_lo'], r['gain_hi'], 1, True)} pts (τ={r['threshold']:g}; τ in "
+        ours = f"{fmt_ci(r['gain'], r['gain_lo'], r['gain_hi'], 1, True)} pts (τ={r['threshold']:g}; τ in "
         ours += f"{rng[0]:g}-{rng[1]:g})"
         out.append(Outcome(bench, ours, p_s, v, why))
     return out
@@ -456,12 +408,12 @@ def _gain_difference(tables, bench, tau_a, tau_b, ctx) -> dict | None:
 
 
 def _remask_shrinks(tables, ctx) -> list[Outcome]:
-    if m := _missing(tables, "remasking", "remasking_runs"):
+    if m := missing(tables, "remasking", "remasking_runs"):
         return m
     inside, outside, _ = _remask_rows(tables, ctx)
     ran = sorted(set(inside["threshold"]))  # the paper-range τ this profile ran: its lowest vs its highest
     if len(ran) < 2:
-        return _na("fewer than two τ in the paper's range on this profile")
+        return na("fewer than two τ in the paper's range on this profile")
     lo_tau, hi_tau = float(ran[0]), float(ran[-1])
     out = []
     below = [float(x) for x in sorted(set(outside["threshold"])) if x < lo_tau]
@@ -472,13 +424,14 @@ def _remask_shrinks(tables, ctx) -> list[Outcome]:
             d = _gain_difference(tables, bench, tau_a, hi_tau, ctx)
             scope = f"{bench}, τ={tau_a:g} vs {hi_tau:g}" + (" (extension: not in the paper)" if ext else "")
             if d is None:
-                out += _na(f"no remask(tau) and dynamic runs at τ = {tau_a:g} and {hi_tau:g}", scope)
+                out += na(f"no remask(tau) and dynamic runs at τ = {tau_a:g} and {hi_tau:g}", scope)
                 continue
-            v = _direction(d["diff_lo"], d["diff_hi"], 0.0)
+            v = direction(d["diff_lo"], d["diff_hi"], 0.0)
             why = {HOLDS: "gain(low τ) − gain(high τ) has a CI above 0", NOT: "the gain is larger at the high τ (CI "
                    "below 0)", NOT_SHOWN: "the CI of gain(low τ) − gain(high τ) holds 0"}[v]  # fmt: skip
             p_s = (f"{pg[tau_a]:+.1f} → {pg[hi_tau]:+.1f} pts" if tau_a in pg and hi_tau in pg else "")
-            out.append(Outcome(scope, f"{_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)} pts", p_s, v, why, ext))
+            diff = fmt_ci(d["diff"], d["diff_lo"], d["diff_hi"], 1, True)
+            out.append(Outcome(scope, f"{diff} pts", p_s, v, why, ext))
     return out
 
 
@@ -486,7 +439,7 @@ def _equal_speed(mode: str):
     """remask (rule tau, the paper's τ range) or direct (the paper's steps) against the dynamic frontier."""
 
     def check(tables, ctx) -> list[Outcome]:
-        if m := _missing(tables, "matched_speed"):
+        if m := missing(tables, "matched_speed"):
             return m
         t = require(tables["matched_speed"], pareto.MATCHED_COLUMNS, f"{mode}-equal-speed")
         t = t[t["mode"] == mode]
@@ -501,11 +454,12 @@ def _equal_speed(mode: str):
             g = g[g["at_equal_speed"] != "beyond"]
             scope = f"{bench}, equal {axis}"
             if g.empty:
-                out += _na("every setting is faster than the whole dynamic frontier", scope)
+                out += na("every setting is faster than the whole dynamic frontier", scope)
                 continue
             best = g.loc[g["margin"].idxmax()]
-            v = _direction(float(best["margin_lo"]), float(best["margin_hi"]), 0.0)
-            ours = f"best {best['setting']}: {_ci(best['margin'], best['margin_lo'], best['margin_hi'], 1, True)} pts"
+            v = direction(float(best["margin_lo"]), float(best["margin_hi"]), 0.0)
+            margin = fmt_ci(best["margin"], best["margin_lo"], best["margin_hi"], 1, True)
+            ours = f"best {best['setting']}: {margin} pts"
             o = others[(others["benchmark"] == bench) & (others["axis"] == axis)]
             o = o[o["at_equal_speed"] == "beats"]
             ours += "; other rules beating the frontier: " + (", ".join(o["setting"]) if len(o) else "none")
@@ -643,7 +597,7 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_m
         try:
             outs = c.check(tables, ctx)
         except KeyError as e:  # a table without a column the check reads (require names it)
-            outs = _na(f"could not read `{c.table}`: {type(e).__name__}: {e}")
+            outs = na(f"could not read `{c.table}`: {type(e).__name__}: {e}")
         for o in outs:
             rows.append({"id": c.id, "scope": o.scope, "claim": c.text, "paper": o.paper, "ours": o.ours,
                          "verdict": o.verdict, "reason": o.reason, "extension": o.extension, "statistic": c.statistic,
@@ -652,45 +606,3 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_m
     return pd.DataFrame(rows)
 
 
-def _cells(*xs) -> str:
-    return "| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in xs) + " |"
-
-
-def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "") -> str:
-    main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
-    counts = main["verdict"].value_counts()
-    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v, 0))
-    pm = paper_model or "the declared paper model"
-    mode = ("comparable with the paper: sized claims are judged against the paper's numbers within the stated "
-            "tolerance" if numeric else "not the paper's experiment (paper.comparable: false): sized claims are judged "
-            "by direction only, and the paper's numbers stand beside ours for reference")  # fmt: skip
-    lines = [f"# Claims: paper vs reproduced (profile `{profile_name}`, compared with {pm})", "",
-             f"Every paper number below is {pm}'s, for the same benchmark (blank where the paper has none). This "
-             f"profile is {mode}. {len(main)} verdicts over {report['id'].nunique()} claims: {summary}.", "",
-             "Verdicts: **holds** (the CI clears the null; a sized claim on a comparable profile also within "
-             "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
-             "size**; **not shown** (the CI holds the null); **does not hold** (the CI is on the wrong side); "
-             "**not measured**. Each claim's statistic, null, tolerance and rule are listed below the tables.", "",
-             f"| claim | scope | paper ({pm}) | ours | verdict | why |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in main.itertuples(index=False):
-        lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason))
-    if len(ext):
-        lines += ["", "Extensions beyond the paper's grid (judged by the same rule; not part of the paper's claim):",
-                  "", "| claim | scope | paper | ours | verdict | why |", "|---|---|---|---|---|---|"]  # fmt: skip
-        for r in ext.itertuples(index=False):
-            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason))
-    lines += ["", "Each claim's declared test:", ""]
-    for r in report.drop_duplicates("id").itertuples(index=False):
-        lines.append(f"- `{r.id}` ({r.source}; table `{r.table}`). Statistic: {r.statistic}. Null: {r.null}. "
-                     f"Paper: {r.paper_number}. Tolerance: {r.tolerance}. Rule: {r.rule}.")  # fmt: skip
-    return "\n".join(lines) + "\n"
-
-
-def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "") -> Path:
-    """Write <dir>/claims.md and claims.csv; returns the Markdown path."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    md = d / "claims.md"
-    md.write_text(report_markdown(report, profile_name, numeric, paper_model))
-    report.to_csv(d / "claims.csv", index=False)
-    return md
