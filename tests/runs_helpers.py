@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from mrp_repro.measure.adjacent import ADJACENT_COLUMNS, RANDOM_BASELINE, SUBSET, TRAINED
+from mrp_repro.measure.adjacent import ADJACENT_COLUMNS, RANDOM_BASELINE, RANDOM_INIT, SUBSET, TRAINED
 from mrp_repro.measure.schema import RUN_COLUMNS
 
 SPEC_K = (3, 5)
@@ -78,16 +78,20 @@ def synthetic_adjacent(good: bool = True) -> pd.DataFrame:
     """An adjacent-steps frame as adjacent_step_similarity writes it: both subsets, trained and two random inits.
 
     The "all" subset is deliberately different from SUBSET (conf<0.99), so a reader that blends the two, or
-    reads the mean instead of the median, gets other numbers."""
+    reads the mean instead of the median, gets other numbers. The random inits' relative KL is near 1 (as
+    measured on random backbones); the trained model's is 0.02 when good, 0.6 when not."""
     rows = []
-    for m, kl, ag in ((TRAINED, 0.002, 0.81 if good else 0.3), ("random init", 0.0001, 0.85), (RANDOM_BASELINE, 0.02,
-                                                                                             0.7)):  # fmt: skip
+    for m, kl, ag in ((TRAINED, 0.002, 0.81 if good else 0.3), (RANDOM_INIT, 0.0001, 0.85), (RANDOM_BASELINE, 0.02,
+                                                                                           0.7)):  # fmt: skip
         for subset, shift in ((SUBSET, 0.0), ("all", 0.1)):
             for d in (1, 2, 3, 4):
                 med = kl * d if good or m != TRAINED else 0.5 / d
                 # the mean is heavy-tailed: the trained model's is above the random ones' (as on tiny)
                 mean = (0.2 if m == TRAINED else 0.03) * d + shift
+                rel = (0.02 if good else 0.6) if m == TRAINED else 0.55
+                rel = rel * d + shift  # the "all" subset differs, so reading it gives other verdicts
                 rows.append({"model": m, "subset": subset, "distance": d, "kl_mean": mean,
                              "kl_median": med + shift / 100, "top1_agreement": min(ag + shift - 0.03 * d, 1.0),
-                             "n_positions": 100})  # fmt: skip
+                             "n_positions": 100, "kl_null_median": (med + shift / 100) / rel, "relative_kl": rel,
+                             "relative_kl_lo": 0.8 * rel, "relative_kl_hi": 1.25 * rel})  # fmt: skip
     return pd.DataFrame(rows, columns=ADJACENT_COLUMNS)

@@ -24,13 +24,16 @@ EXPECTED = {
     "00_environment": {"tables": ["environment", "profile"]},
     "01_backbone": {"tables": ["backbone"], "figures": ["backbone_curve"]},
     "02_trajectories": {"tables": ["trajectories"]},
-    "03_adjacent_step_logits": {"tables": ["adjacent"], "figures": ["adjacent"]},
+    "03_adjacent_step_logits": {"tables": ["adjacent"], "figures": ["adjacent", "adjacent_relative"]},
     "04_train_mrp": {"tables": ["mrp_curve"], "figures": ["mrp_curve"]},
     "05_speculative": {
         "tables": ["speculative", "modes", "speculative_drafters"],
         "figures": ["speculative", "speedup"],
     },
-    "06_direct_lookahead": {"tables": ["direct", "lookahead"], "figures": ["lookahead"]},
+    "06_direct_lookahead": {
+        "tables": ["direct", "lookahead", "matched_speed"],
+        "figures": ["lookahead", "matched_speed"],
+    },
     "07_remasking": {"tables": ["remasking", "remasking_by_rule"], "figures": ["remasking", "trajectory"]},
     "08_kernels": {"tables": ["kernels_gbps"], "files": ["kernels.csv", "kernels.png", "kernels.pdf"]},
     "09_claims": {"tables": ["claims_table"], "files": ["claims.md", "claims.csv"]},

@@ -58,7 +58,7 @@ def test_targets_table_judges_each_target_on_its_own_row():
         targets_table(pd.DataFrame([row(3)]).drop(columns="ceiling_speedup"))
 
 
-def test_main_writes_the_three_tables(smoke_profile, tmp_path, monkeypatch):
+def test_main_writes_the_three_tables(smoke_profile, tmp_path, monkeypatch, tmp_runs):
     from mrp_repro.report import speed
     from mrp_repro.stages import random_backbone
 
@@ -74,3 +74,11 @@ def test_main_writes_the_three_tables(smoke_profile, tmp_path, monkeypatch):
         "## speed", "## targets", "## head step at batch 1 (ms; step_forwards: step_total / forward)"]  # fmt: skip
     assert md.count("| synth-math | fused | lossless on every prompt | 1.000 | True |") == 1
     assert len(pd.read_csv(tmp_path / "speed.csv")) == 2 * 2 * 3  # tasks x engines x (static, K=3, K=5)
+    # the cost columns are the run's stored cost model (one figure per quantity), reused by a second call
+    from mrp_repro.config import load_profile
+    from mrp_repro.measure.cost import run_cost_model
+
+    bb, head = load(load_profile("smoke"))
+    stored = run_cost_model(load_profile("smoke"), bb, head, 1, (3, 5))
+    assert stored["source"].endswith("cost_model-b1.json")
+    assert pd.read_csv(tmp_path / "speed.csv")["head_cost"].eq(stored["head_cost"]).all()

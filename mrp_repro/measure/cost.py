@@ -1,8 +1,17 @@
 """The speculative cost model: measured wall-time ratios of a verify and a head step to one backbone forward.
 
-    from mrp_repro.measure.cost import cost_model, with_cost_model
+    from mrp_repro.measure.cost import run_cost_model, cost_model, with_cost_model
+    cm = run_cost_model(profile, backbone, head, batch=1)   # the run's measurement of record (stored, reused)
     cm = cost_model(backbone.model, head, batch=32, block=8, Ks=[3, 5])   # {t_forward_s, verify_cost, head_cost}
     summary = with_cost_model(stats.summarize(runs), cm)                  # + verify_cost, head_cost, predicted_speedup
+
+One cost figure per quantity and run: run_cost_model measures verify_cost and head_cost once per (profile,
+backbone and head weights, batch size), stores them under the run's results directory (cost_model-b<batch>.json)
+and returns the stored values on every later call, so 05's drafters table, report.speed and report.bench quote the
+same numbers; cost_note says under each table which measurement it is. Other numbers that look alike are other
+quantities, named so: report.shapes times random weights of candidate shapes (before training), report.speed's
+head breakdown times the head step *with* the draft pick (step_forwards), and stages.train_head records a
+training-time head_cost_ratio in the head's metrics.json (a provenance record, quoted by no table).
 
 verify_cost[K] = packed K-candidate forward / one forward, head_cost = one head step (+ lm_head) / one
 forward, both measured at the decoding batch size. predicted speedup = static forwards / (forwards - rounds +
@@ -20,7 +29,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["cost_model", "head_cost_ratio", "with_cost_model", "cost_note"]
+__all__ = ["cost_model", "run_cost_model", "head_cost_ratio", "with_cost_model", "cost_note", "COST_REPEATS",
+           "COST_CONTEXT_BLOCKS"]  # fmt: skip
+
+#: the run's cost model: interleaved repeats (medians) and context blocks in the caches (run_cost_model)
+COST_REPEATS = 10
+COST_CONTEXT_BLOCKS = 4
 
 
 def _sync(dev):
@@ -71,7 +85,34 @@ def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4,
         fns["head"] = lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache))
     t = _interleaved(fns, dev, repeats)
     return {"t_forward_s": t["forward"][0], "verify_cost": {K: t[K][1] for K in Ks},
-            "head_cost": t["head"][1] if head is not None else math.nan}  # fmt: skip
+            "head_cost": t["head"][1] if head is not None else math.nan, "batch": batch, "repeats": repeats,
+            "context_blocks": context_blocks}  # fmt: skip
+
+
+def run_cost_model(profile, backbone, head, batch: int = 1, Ks=None) -> dict:
+    """The run's cost model at `batch` rows (Ks default decoding.speculative_k): measured once with cost_model
+    (COST_REPEATS, COST_CONTEXT_BLOCKS) and stored as runs/<profile>/cost-<weights key>/cost_model-b<batch>.json
+    with the backbone's and head's weight fingerprints; later calls on the same weights return the stored numbers.
+    A K missing from the stored file, or other weights, measures again."""
+    import hashlib
+    import json
+
+    from mrp_repro.runtime import artifact_dir, write_json_atomic
+    from mrp_repro.trajectories import model_fingerprint
+
+    Ks = sorted({int(k) for k in (Ks if Ks is not None else profile.decoding.speculative_k)})
+    key = {"backbone": model_fingerprint(backbone.model), "head": model_fingerprint(head) if head is not None else None}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    path = artifact_dir(profile, "cost", digest) / f"cost_model-b{batch}.json"
+    if path.exists():
+        rec = json.loads(path.read_text())
+        if rec.get("key") == key and set(Ks) <= {int(k) for k in rec["verify_cost"]}:
+            rec["verify_cost"] = {int(k): v for k, v in rec["verify_cost"].items() if int(k) in Ks}
+            rec["source"] = str(path)
+            return rec
+    cm = cost_model(backbone.model, head, batch, backbone.block_size, Ks, COST_CONTEXT_BLOCKS, COST_REPEATS)
+    write_json_atomic(path, {**cm, "verify_cost": {str(k): v for k, v in cm["verify_cost"].items()}, "key": key})
+    return {**cm, "key": key, "source": str(path)}
 
 
 def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:
@@ -102,11 +143,15 @@ def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:
 
 
 def cost_note(cm: dict) -> str:
-    """One line under a table: the measured ratios and the predicted-speedup formula."""
+    """One line under a table: which measurement (batch, repeats, the stored file), the measured ratios and the
+    predicted-speedup formula."""
     vc = ", ".join(f"K={k}: {v:.2f}" for k, v in cm["verify_cost"].items())
-    return (f"Cost model (ratios to one forward of {cm['t_forward_s'] * 1e3:.2f} ms): verify {vc}; "
-            f"head step {cm['head_cost']:.2f}. predicted_speedup = static forwards / "
-            "(forwards - rounds + rounds·verify + head calls·head).")  # fmt: skip
+    where = f"the run's cost model ({cm['source'].rsplit('/', 1)[-1]})" if cm.get("source") else "Cost model"
+    how = (f"batch {cm['batch']}, {cm['context_blocks']} context blocks of random token ids (no prompts), median of "
+           f"{cm['repeats']} interleaved repeats; " if "batch" in cm else "")  # fmt: skip
+    return (f"{where[0].upper() + where[1:]}: {how}ratios to one forward of {cm['t_forward_s'] * 1e3:.2f} ms: verify "
+            f"{vc}; head step {cm['head_cost']:.2f} (lm_head included, draft pick excluded). predicted_speedup = "
+            "static forwards / (forwards - rounds + rounds·verify + head calls·head).")  # fmt: skip
 
 
 def head_cost_ratio(model, head, batch: int, block: int, context_blocks: int = 4, repeats: int = 10) -> float:

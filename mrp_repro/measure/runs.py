@@ -39,7 +39,7 @@ from mrp_repro.measure.schema import MODES, RUN_COLUMNS
 from mrp_repro.tasks import synthetic
 
 __all__ = ["model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first",
-           "batch_order", "run_setting", "collect_runs", "decode_events"]  # fmt: skip
+           "batch_order", "run_setting", "decode_batch", "collect_runs", "decode_events"]  # fmt: skip
 
 def model_for_profile(profile) -> str:
     """The model name our runs carry: the declared paper model (profile.paper.model) where our numbers compare
@@ -177,28 +177,55 @@ def static_first(profile, head, settings, what: str) -> list[tuple[str, Policy]]
     return static + [s for s in settings if s[0] != "static"]
 
 
+def decode_batch(backbone, problems: Sequence, indices: Sequence[int], settings, batch_size: int,
+                 max_new_tokens: int, model: str, paper_model: str = "") -> pd.DataFrame:  # fmt: skip
+    """One batch of a benchmark (`problems`, at positions `indices` of its evaluation list) decoded with every
+    setting in turn, static(1) first (the reference of identical_to_static). Every setting of a prompt runs back to
+    back, so a slow stretch of the machine hits static and the others alike: their wall-clock ratios are paired
+    (at batch 1 this is the speedup's measurement of record). collect_runs and measure.sharded decode through it."""
+    frames, ref = [], None
+    for mode, pol in settings:
+        df = run_setting(backbone, problems, mode, pol, batch_size, max_new_tokens, model, paper_model)
+        df["prompt_index"] = [indices[i] for i in df["prompt_index"]]
+        ref = df["text"].to_numpy() if ref is None else ref
+        df["identical_to_static"] = df["text"].to_numpy() == ref
+        frames.append(df)
+    out = pd.concat(frames, ignore_index=True)
+    for c in ("valid_chain", "K", "threshold"):  # floats whatever the batch holds
+        out[c] = out[c].astype(float)
+    return out
+
+
 def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
                  settings: Sequence[tuple[str, Policy]] | None = None, batch_size: int | None = None,
                  max_new_tokens: int | None = None, progress: bool = False) -> pd.DataFrame:  # fmt: skip
     """The runs frame: every setting (default settings_for(profile, head)) on the same problems of every
-    benchmark (default evaluation.benchmarks). static(1) runs first on each benchmark, since every other
-    setting's identical_to_static compares against it."""
+    benchmark (default evaluation.benchmarks), batch by batch (batch_order), each batch decoded with every setting
+    in turn, static(1) first (decode_batch). Rows in (benchmark, setting, prompt_index) order."""
+    from mrp_repro.backbone import encode_prompts
+
     d = profile.decoding
     bs, max_new = batch_size or d.batch_size, max_new_tokens or d.max_new_tokens
     settings = static_first(profile, head, settings, "collect_runs")
+    rank = {p.name: i for i, (_, p) in enumerate(settings)}
     model = model_for_profile(profile)
     frames = []
     for bench in benchmarks or profile.evaluation.benchmarks:
         problems = eval_problems(profile, bench, n_prompts)
-        ref = None
-        for mode, pol in settings:
-            df = run_setting(backbone, problems, mode, pol, bs, max_new, model, profile.paper.model, progress=progress)
-            ref = df["text"].to_numpy() if ref is None else ref
-            df["identical_to_static"] = df["text"].to_numpy() == ref
-            frames.append(df)
-            if progress:
-                tpf = df["tokens"].sum() / max(df["denoise_forwards"].sum(), 1)
-                print(f"[runs] {bench} {pol.name}: acc {100 * df['correct'].mean():.1f} tpf {tpf:.2f}", flush=True)
+        batches = batch_order(encode_prompts(backbone, problems), bs)
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc=f"{bench} ({len(settings)} settings)", leave=False, dynamic_ncols=True)
+        parts = [decode_batch(backbone, [problems[i] for i in idx], idx, settings, bs, max_new, model,
+                              profile.paper.model) for idx in batches]  # fmt: skip
+        df = pd.concat(parts, ignore_index=True)
+        df = df.assign(_r=df["setting"].map(rank)).sort_values(["_r", "prompt_index"], kind="stable")
+        frames.append(df.drop(columns="_r"))
+        if progress:
+            for name, g in frames[-1].groupby("setting", sort=False):
+                tpf = g["tokens"].sum() / max(g["denoise_forwards"].sum(), 1)
+                print(f"[runs] {bench} {name}: acc {100 * g['correct'].mean():.1f} tpf {tpf:.2f}", flush=True)
     out = pd.concat(frames, ignore_index=True)
     out["valid_chain"] = out["valid_chain"].astype(float)
     out["K"] = out["K"].astype(float)

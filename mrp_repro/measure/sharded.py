@@ -35,7 +35,7 @@ import pandas as pd
 
 from mrp_repro import distributed
 from mrp_repro.errors import UserError
-from mrp_repro.measure.runs import batch_order, eval_problems, model_for_profile, run_setting, static_first
+from mrp_repro.measure.runs import batch_order, decode_batch, eval_problems, model_for_profile, static_first
 from mrp_repro.measure.schema import RUN_COLUMNS
 from mrp_repro.runtime import provenance, write_json_atomic
 from mrp_repro.trajectories import model_fingerprint
@@ -105,17 +105,8 @@ def shard_problem(shard_dir: Path, shard: dict, key: str) -> str | None:
 
 def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_tokens: int, model: str,
                   paper_model: str) -> pd.DataFrame:  # fmt: skip
-    frames, ref = [], None
-    for mode, pol in settings:  # static(1) first: the reference of identical_to_static
-        df = run_setting(backbone, shard["problems"], mode, pol, batch_size, max_new_tokens, model, paper_model)
-        df["prompt_index"] = [shard["indices"][i] for i in df["prompt_index"]]
-        ref = df["text"].to_numpy() if ref is None else ref
-        df["identical_to_static"] = df["text"].to_numpy() == ref
-        frames.append(df)
-    out = pd.concat(frames, ignore_index=True)
-    for c in ("valid_chain", "K", "threshold"):  # as collect_runs: floats whatever the shard holds
-        out[c] = out[c].astype(float)
-    return out
+    return decode_batch(backbone, shard["problems"], shard["indices"], settings, batch_size, max_new_tokens, model,
+                        paper_model)  # fmt: skip
 
 
 def _write_shard(shard_dir: Path, shard: dict, df: pd.DataFrame, key: str, d: distributed.Dist, profile,

@@ -71,7 +71,8 @@ def _covering_grid(profile, head, name: str, spec: dict) -> str | None:
 
 def _spec_record(spec: dict) -> dict:
     names = [p.name for _, p in spec["settings"]]
-    return dict(n_prompts=spec["n_prompts"], batch_size=spec["batch_size"], settings=names)
+    # order: every setting of a batch decoded in turn (measure.runs.decode_batch); a grid stored before is recollected
+    return dict(n_prompts=spec["n_prompts"], batch_size=spec["batch_size"], settings=names, order="per-batch")
 
 
 def _spec_path(profile, name: str) -> Path:

@@ -41,7 +41,7 @@ __all__ = [
     "TABLES", "PAPER_SPECULATIVE_K", "BENCHMARK_MAP", "RESULTS", "RESULTS_SCHEMA", "load",
     "reports", "backbone_table", "modes_table", "remasking_table", "speculative_table", "direct_table",
     "lookahead_table", "results_dir", "result_path", "save_result", "load_result", "cached_result",
-    "split_runs", "load_results", "mrp_curve_frame",
+    "split_runs", "load_results", "mrp_curve_frame", "cached_adjacent",
 ]  # fmt: skip
 
 TABLES = ("remasking", "speculative", "direct", "lookahead")
@@ -171,10 +171,15 @@ MODES_COLUMNS = ["model", "benchmark", "mode", "setting", "n", "accuracy", "accu
 
 def modes_table(runs: pd.DataFrame, cost: dict | None = None, n_boot: int = 1000, ci: float = 0.95,
                 seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Every setting of a runs frame (stats.summarize), with the cost model's columns when `cost` is given."""
+    """Every setting of a runs frame (stats.summarize), with the cost model's columns when `cost` is given.
+
+    The oracle drafter's picks come from forwards that are not counted or timed (the backbone's own future
+    picks): its wall-clock columns (tokens_per_s, speedup) are blank, its TPF is the ceiling, and its
+    predicted_speedup is the cost model's ceiling, not a measured speed."""
     from mrp_repro.measure.cost import with_cost_model
 
     s = stats.summarize(runs, n_boot, ci, seed)
+    s.loc[s["drafter"] == "oracle", ["tokens_per_s", "speedup"]] = math.nan
     cols = list(MODES_COLUMNS)
     if cost is not None:
         s = with_cost_model(s, cost)
@@ -277,6 +282,8 @@ def speculative_table(runs: pd.DataFrame, drafter: str = "mrp", n_boot: int = 10
         row["static_accuracy"] = stats.mean_ci(s["correct"], 0)[0]
         row["tpf"], row["static_tpf"] = _tpf(g), _tpf(s)
         row.update(_speed(g, s, n_boot, ci, seed, what))
+        if drafter == "oracle":  # picks from uncounted, untimed forwards: a TPF ceiling, not a speed
+            row.update({k: math.nan for k in row if k.startswith("throughput_speedup")})
         row["identical_share"] = float(g["identical_to_static"].astype(float).mean())
         rows.append(row)
     ours = pd.DataFrame(rows).sort_values(["model", "benchmark", "K"])
@@ -412,3 +419,16 @@ def mrp_curve_frame(loss_curve: pd.DataFrame | str | Path) -> pd.DataFrame:
     keep = {"heldout_kl": "heldout_kl", "heldout_baseline_kl": "heldout_uncorrected_kl"}
     held = held[["step", *[c for c in keep if c in held.columns]]].rename(columns=keep)
     return train.merge(held, on="step", how="outer").sort_values("step").reset_index(drop=True)
+
+
+def cached_adjacent(profile: Profile, backbone, problems, **kw) -> pd.DataFrame:
+    """The profile's stored `adjacent` result when it has every measure.adjacent.ADJACENT_COLUMNS column, else
+    measure.adjacent.adjacent_step_similarity(backbone, problems, **kw), stored (an older frame without the null
+    is recomputed)."""
+    from mrp_repro.measure.adjacent import ADJACENT_COLUMNS, adjacent_step_similarity
+
+    df = load_result(profile, "adjacent")
+    if df is None or list(df.columns) != ADJACENT_COLUMNS:
+        save_result(profile, "adjacent", adjacent_step_similarity(backbone, problems, **kw))
+        df = load_result(profile, "adjacent")
+    return df

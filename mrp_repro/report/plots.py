@@ -508,3 +508,37 @@ def plot_kernels(df: pd.DataFrame):
     fig.suptitle(title, fontsize=9)
     _legend_below(fig, axes[0])
     return fig
+
+
+__all__ += ["plot_adjacent_relative"]
+
+
+def plot_adjacent_relative(df: pd.DataFrame, subset: str = SUBSET):
+    """The adjacent-similar claim's statistic (measure.adjacent): relative KL (adjacent-step KL over the KL
+    between two positions of the same block state) with its CI, by step distance, one line per model, and the
+    claim's threshold RELATIVE_KL_MAX (judged at distance 1). An untrained model sits near 1."""
+    from mrp_repro.measure.adjacent import RELATIVE_KL_MAX
+
+    what = "plot_adjacent_relative"
+    _need(df, ["model", "subset", "distance", "relative_kl", "relative_kl_lo", "relative_kl_hi"], what)
+    g = df[df["subset"] == subset]
+    if g.empty:
+        raise ValueError(f"{what}: no rows of subset {subset!r}; subsets present: {sorted(set(df['subset']))}")
+    _unique(g, ["model", "distance"], what)
+    set_theme()
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    models = list(dict.fromkeys(g["model"]))
+    for color, m in zip(_colors(len(models)), models, strict=True):
+        h = g[g["model"] == m].sort_values("distance")
+        err = [h["relative_kl"] - h["relative_kl_lo"], h["relative_kl_hi"] - h["relative_kl"]]
+        ax.errorbar(h["distance"], h["relative_kl"], yerr=err, marker="o", color=color, capsize=3, label=str(m),
+                    lw=2.5 if m == TRAINED else 1.2, ls="-" if m == TRAINED else "--")  # fmt: skip
+    ax.axhline(RELATIVE_KL_MAX, color="0.3", ls=":", lw=1.2, label=f"claim threshold {RELATIVE_KL_MAX} (at d = 1)")
+    ax.set_yscale("log")
+    ax.set_xlabel(LABELS["distance"])
+    ax.set_ylabel("relative KL (adjacent / between positions)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(f"relative KL by step distance ({subset})", fontsize=10)
+    ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return fig

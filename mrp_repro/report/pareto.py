@@ -1,0 +1,206 @@
+"""Matched-speed comparisons: remasking and direct mode against the dynamic-τ frontier at equal speed.
+
+    from mrp_repro.report import pareto
+    t = pareto.matched_speed_table(modes_runs, n_boot=1000)    # one row per (setting, speed axis)
+    fig = pareto.plot_matched_speed(t)                         # accuracy against speed, a panel per task and axis
+    pareto.verdict_counts(t)                                   # how many settings beat / lose to dynamic
+
+Comparing remask(τ) with dynamic(τ) at the same τ (the paper's remasking table) leaves speed aside: remasking
+revokes tokens and re-reveals them, so it runs at a lower TPF than dynamic(τ); a practitioner asks whether it beats
+plain dynamic decoding at a higher τ *at the same speed*. The rule, declared here and printed by the claims report:
+
+- The baseline is the **dynamic frontier**: static(1) and every dynamic(τ) of the same model and benchmark, each a
+  point (speed, accuracy); the points no other point beats on both (the Pareto points), joined by straight lines.
+  frontier(x) = that line's accuracy at speed x; for x at or below the slowest Pareto point, that point's accuracy
+  (a slower setting is matched by a faster, more accurate one); for x above the fastest dynamic point, undefined
+  (``beyond``: the frontier is not extrapolated).
+- margin = accuracy(setting) - frontier(speed(setting)), in points, with a paired percentile bootstrap CI: each
+  replicate resamples prompts (the same ones for every setting) and recomputes every setting's accuracy and
+  speed, the frontier and the margin.
+- at_equal_speed: ``beats`` when margin_lo > 0, ``worse`` when margin_hi < 0, ``tie`` when the CI holds 0, ``beyond``
+  when the setting is faster than every dynamic setting.
+
+Two speed axes (AXES): ``tpf`` (tokens per denoising forward, pooled over prompts) and ``wall_speedup`` (tokens/s over
+static(1)'s on the same prompts, wall clock of the runs frame: its batch size, in one process). Rows: every remask
+and direct setting, and the frontier's own settings (static, dynamic: margin blank).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from mrp_repro.measure.schema import require
+
+__all__ = ["AXES", "MATCHED_COLUMNS", "matched_speed_table", "frontier", "pareto_points", "verdict_counts",
+           "plot_matched_speed"]  # fmt: skip
+
+#: speed axes: column value -> what it is
+AXES = {"tpf": "tokens per denoising forward", "wall_speedup": "wall-clock tokens/s over static(1)"}
+#: the compared modes and the frontier's
+COMPARED = ("remask", "direct")
+FRONTIER = ("static", "dynamic")
+MATCHED_COLUMNS = ["model", "benchmark", "mode", "setting", "threshold", "rule", "K", "axis", "n", "speed",
+                   "accuracy", "dynamic_accuracy", "margin", "margin_lo", "margin_hi", "at_equal_speed"]  # fmt: skip
+_NEEDS = ["model", "benchmark", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct", "tokens",
+          "denoise_forwards", "wall_s"]  # fmt: skip
+
+
+def pareto_points(speed: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points (speed, acc) that no other point beats on both, sorted by speed ascending (acc descending)."""
+    order = np.lexsort((-acc, -speed))  # fastest first; at equal speed the more accurate first
+    keep, best = [], -np.inf
+    for i in order:
+        if acc[i] > best:
+            keep.append(i)
+            best = acc[i]
+    keep = keep[::-1]
+    return speed[keep], acc[keep]
+
+
+def frontier(x, speed: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """The dynamic frontier's accuracy at speeds x (the module's rule): NaN beyond the fastest point."""
+    ps, pa = pareto_points(np.asarray(speed, float), np.asarray(acc, float))
+    x = np.atleast_1d(np.asarray(x, float))
+    out = np.interp(x, ps, pa)  # flat (the slowest point's accuracy) below ps[0]
+    out[x > ps[-1] * (1 + 1e-12)] = np.nan
+    return out
+
+
+def _stack(g: pd.DataFrame, settings: list[str], ids: np.ndarray, col: str) -> np.ndarray:
+    """(settings, problems) array of `col`, rows in `settings` order, columns in `ids` order."""
+    wide = g.pivot(index="setting", columns="problem_id", values=col)
+    return wide.loc[settings, ids].to_numpy(float)
+
+
+def _speeds(tok, den, wall, static_idx: int, idx) -> dict[str, np.ndarray]:
+    """Per setting (rows) and replicate (idx (R, n)): tpf and wall speedup, (S, R)."""
+    t = tok[:, idx].sum(-1)
+    rate = t / wall[:, idx].sum(-1)
+    return {"tpf": t / den[:, idx].sum(-1), "wall_speedup": rate / rate[static_idx]}
+
+
+def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """MATCHED_COLUMNS, one row per setting and axis, per model x benchmark (the module docstring's rule)."""
+    what = "matched_speed_table"
+    require(runs, _NEEDS, what)
+    runs = runs[runs["mode"].isin(COMPARED + FRONTIER)]
+    rows = []
+    for (model, bench), g in runs.groupby(["model", "benchmark"], sort=False):
+        if g.duplicated(["setting", "problem_id"]).any():
+            raise ValueError(f"{what}: {model}/{bench} has a setting twice on one problem (several batch sizes?)")
+        if not (g["mode"] == "static").any() or not (g["mode"] == "dynamic").any():
+            raise ValueError(f"{what}: {model}/{bench} needs static(1) and dynamic(τ) rows (the frontier)")
+        meta = g.drop_duplicates("setting").set_index("setting")
+        base = list(meta.index[meta["mode"].isin(FRONTIER)])
+        comp = list(meta.index[meta["mode"].isin(COMPARED)])
+        settings = base + comp
+        counts = g.groupby("setting")["problem_id"].nunique()
+        ids = np.array(sorted(set.intersection(*(set(g.loc[g["setting"] == s, "problem_id"]) for s in settings))))
+        if len(ids) < counts.max():
+            raise ValueError(f"{what}: {model}/{bench}: the settings were not run on the same problems")
+        acc = _stack(g.assign(correct=g["correct"].astype(float)), settings, ids, "correct")
+        tok, den, wall = (_stack(g, settings, ids, c) for c in ("tokens", "denoise_forwards", "wall_s"))
+        s0 = settings.index(str(meta.index[meta["mode"] == "static"][0]))
+        n, nb = len(ids), len(base)
+        point = np.arange(n)[None]  # (1, n): the point estimate as replicate 0
+        boot = np.random.default_rng(seed).integers(0, n, size=(max(n_boot, 0), n))
+        sp_all = _speeds(tok, den, wall, s0, np.concatenate([point, boot]))  # axis -> (S, 1 + R)
+        acc_all = 100 * np.concatenate([acc[:, point[0]].mean(-1, keepdims=True), acc[:, boot].mean(-1)], 1)
+        for axis, sp in sp_all.items():
+            margins = np.full((len(comp), sp.shape[1]), np.nan)
+            for r in range(sp.shape[1]):
+                margins[:, r] = acc_all[nb:, r] - frontier(sp[nb:, r], sp[:nb, r], acc_all[:nb, r])
+            for i, s in enumerate(settings):
+                m = meta.loc[s]
+                row = {"model": model, "benchmark": bench, "mode": m["mode"], "setting": s,
+                       "threshold": m["threshold"], "rule": m["rule"], "K": m["K"], "axis": axis, "n": n,
+                       "speed": sp[i, 0], "accuracy": acc_all[i, 0]}  # fmt: skip
+                if i < nb:
+                    row.update(dynamic_accuracy=math.nan, margin=math.nan, margin_lo=math.nan, margin_hi=math.nan,
+                               at_equal_speed="")  # fmt: skip
+                else:
+                    mg = margins[i - nb]
+                    lo, hi = _ci(mg[1:], ci) if n_boot > 0 else (mg[0], mg[0])
+                    row.update(dynamic_accuracy=acc_all[i, 0] - mg[0], margin=mg[0], margin_lo=lo, margin_hi=hi,
+                               at_equal_speed=_verdict(mg[0], lo, hi))  # fmt: skip
+                rows.append(row)
+    out = pd.DataFrame(rows, columns=MATCHED_COLUMNS)
+    return out.sort_values(["model", "benchmark", "axis", "mode", "rule", "threshold", "K"], kind="stable").reset_index(
+        drop=True
+    )
+
+
+def _ci(x: np.ndarray, ci: float) -> tuple[float, float]:
+    """Percentile interval of the finite replicates; NaN when most replicates fall beyond the frontier."""
+    f = x[np.isfinite(x)]
+    if f.size < 0.5 * x.size or f.size == 0:
+        return (math.nan, math.nan)
+    a = (1 - ci) / 2
+    return float(np.quantile(f, a)), float(np.quantile(f, 1 - a))
+
+
+def _verdict(point: float, lo: float, hi: float) -> str:
+    if math.isnan(point):
+        return "beyond"
+    if lo > 0:
+        return "beats"
+    if hi < 0:
+        return "worse"
+    return "tie"
+
+
+def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """Settings per (model, benchmark, axis, mode, rule) by at_equal_speed (beats / tie / worse / beyond)."""
+    t = table[table["mode"].isin(COMPARED)]
+    keys = ["model", "benchmark", "axis", "mode", "rule"]
+    return t.groupby(keys, dropna=False)["at_equal_speed"].value_counts().unstack(fill_value=0).reset_index()
+
+
+def plot_matched_speed(table: pd.DataFrame):
+    """Accuracy against speed, one row of panels per benchmark, one column per axis: the dynamic frontier (line
+    through its Pareto points; other dynamic settings hollow), every remask rule's τ points, direct(K)."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report.plots import set_theme
+
+    set_theme()
+    require(table, MATCHED_COLUMNS, "plot_matched_speed")
+    benches = list(dict.fromkeys(table["benchmark"]))
+    axes_names = [a for a in AXES if a in set(table["axis"])]
+    fig, axes = plt.subplots(len(benches), len(axes_names), figsize=(5.2 * len(axes_names), 3.8 * len(benches)),
+                             squeeze=False)  # fmt: skip
+    rules = sorted(set(table.loc[table["mode"] == "remask", "rule"]))
+    cmap = plt.get_cmap("tab10")
+    colors = {r: cmap(i + 1) for i, r in enumerate(rules)}
+    for bi, bench in enumerate(benches):
+        for ai, axis in enumerate(axes_names):
+            ax = axes[bi][ai]
+            t = table[(table["benchmark"] == bench) & (table["axis"] == axis)]
+            fr = t[t["mode"].isin(FRONTIER)]
+            ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
+            ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label="dynamic frontier (static, dynamic τ)", zorder=3)
+            ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3)
+            for _, r in fr.iterrows():
+                lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
+                ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
+            for rule in rules:
+                g = t[(t["mode"] == "remask") & (t["rule"] == rule)].sort_values("threshold")
+                ax.plot(g["speed"], g["accuracy"], "-s", color=colors[rule], ms=4, lw=1, alpha=0.85,
+                        label=f"remask, rule {rule} (τ points)")  # fmt: skip
+            d = t[t["mode"] == "direct"].sort_values("K")
+            ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label="direct(K)")
+            for _, r in d.iterrows():
+                ax.annotate(f"K={int(r['K'])}", (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")  # fmt: skip
+            ax.set_xlabel(AXES[axis])
+            ax.set_ylabel("accuracy (%)")
+            ax.set_title(f"{bench}: accuracy at equal speed ({axis})")
+            ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
+               bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig

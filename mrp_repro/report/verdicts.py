@@ -1,0 +1,132 @@
+"""The verdict vocabulary of the claims report, the rule shape every claim with a CI uses, and its writer.
+
+    from mrp_repro.report.verdicts import direction, sized, write_report
+    direction(lo, hi, null=1.0)          # HOLDS above the null, NOT below, NOT_SHOWN when the CI holds it
+    write_report(report, "figures/tiny", "tiny", numeric=False, paper_model="SDAR-8B")   # claims.md + claims.csv
+
+The claims themselves (what each measures, its null, the paper's number, tolerance and rule) are
+mrp_repro.report.claims.CLAIMS; this module only states what a verdict means and prints the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "VERDICTS", "Outcome", "Context", "na", "missing",
+           "fmt", "fmt_ci", "direction", "sized", "report_markdown", "write_report"]  # fmt: skip
+
+HOLDS = "holds"
+DIRECTION = "holds in direction; size not compared"
+SHORT = "holds in direction, not in size"
+NOT_SHOWN = "not shown"
+NOT = "does not hold"
+NA = "not measured"
+VERDICTS = (HOLDS, DIRECTION, SHORT, NOT_SHOWN, NOT, NA)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One verdict row: scope (a benchmark, a setting, or "" for the whole claim), our numbers, the paper's."""
+
+    scope: str
+    ours: str
+    paper: str
+    verdict: str
+    reason: str
+    extension: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    numeric: bool  # the profile's paper.comparable
+    paper_model: str  # the declared paper model: every paper number comes from its rows
+    n_boot: int = 1000
+    ci: float = 0.95
+
+
+def na(reason: str, scope: str = "") -> list[Outcome]:
+    return [Outcome(scope, "–", "", NA, reason)]
+
+
+def missing(tables, *names) -> list[Outcome] | None:
+    for n in names:
+        t = tables.get(n)
+        if t is None or len(t) == 0:
+            return na(f"no `{n}` results on this profile")
+    return None
+
+
+def fmt(x, d=1) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+
+def fmt_ci(x, lo, hi, d=1, sign=False) -> str:
+    fmt = f"{{:+.{d}f}}" if sign else f"{{:.{d}f}}"
+    return "–" if x is None or math.isnan(x) else f"{fmt.format(x)} [{fmt.format(lo)}, {fmt.format(hi)}]"
+
+
+def direction(lo: float, hi: float, null: float) -> str:
+    """HOLDS when the CI is above the null, NOT when below, NOT_SHOWN when it holds it."""
+    if lo > null:
+        return HOLDS
+    if hi < null:
+        return NOT
+    return NOT_SHOWN
+
+
+def sized(found: str, ctx: Context, has_paper: bool, size_ok: bool) -> str:
+    """A sized claim's verdict from its direction: the size is judged only on comparable profiles with a paper
+    number."""
+    if found != HOLDS:
+        return found
+    if not ctx.numeric or not has_paper:
+        return DIRECTION
+    return HOLDS if size_ok else SHORT
+
+
+def _cells(*xs) -> str:
+    return "| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in xs) + " |"
+
+
+def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "") -> str:
+    main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
+    counts = main["verdict"].value_counts()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v, 0))
+    pm = paper_model or "the declared paper model"
+    mode = ("comparable with the paper: sized claims are judged against the paper's numbers within the stated "
+            "tolerance" if numeric else "not the paper's experiment (paper.comparable: false): sized claims are judged "
+            "by direction only, and the paper's numbers stand beside ours for reference")  # fmt: skip
+    lines = [f"# Claims: paper vs reproduced (profile `{profile_name}`, compared with {pm})", "",
+             f"Every paper number below is {pm}'s, for the same benchmark (blank where the paper has none). This "
+             f"profile is {mode}. {len(main)} verdicts over {report['id'].nunique()} claims: {summary}.", "",
+             "Verdicts: **holds** (the CI clears the null; a sized claim on a comparable profile also within "
+             "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
+             "size**; **not shown** (the CI holds the null); **does not hold** (the CI is on the wrong side); "
+             "**not measured**. Each claim's statistic, null, tolerance and rule are listed below the tables.", "",
+             f"| claim | scope | paper ({pm}) | ours | verdict | reason |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in main.itertuples(index=False):
+        lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason))
+    if len(ext):
+        lines += ["", "Extensions beyond the paper's grid (judged by the same rule; not part of the paper's claim):",
+                  "", "| claim | scope | paper | ours | verdict | reason |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in ext.itertuples(index=False):
+            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason))
+    lines += ["", "Each claim's declared test:", ""]
+    for r in report.drop_duplicates("id").itertuples(index=False):
+        lines.append(f"- `{r.id}` ({r.source}; table `{r.table}`). Statistic: {r.statistic}. Null: {r.null}. "
+                     f"Paper: {r.paper_number}. Tolerance: {r.tolerance}. Rule: {r.verdict_rule}.")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "") -> Path:
+    """Write <dir>/claims.md and claims.csv; returns the Markdown path."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    md = d / "claims.md"
+    md.write_text(report_markdown(report, profile_name, numeric, paper_model))
+    report.to_csv(d / "claims.csv", index=False)
+    return md

@@ -1,0 +1,86 @@
+"""Matched-speed comparisons (report.pareto): the dynamic frontier and the margin rule on runs whose answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from runs_helpers import synthetic_runs
+
+from mrp_repro.report import pareto
+
+
+def test_frontier_interpolates_pareto_points_flat_below_and_undefined_beyond():
+    speed = np.array([1.0, 2.0, 3.0, 2.5, 1.5])
+    acc = np.array([80.0, 60.0, 40.0, 30.0, 50.0])  # (2.5, 30) and (1.5, 50) are beaten on both axes
+    ps, pa = pareto.pareto_points(speed, acc)
+    assert ps.tolist() == [1.0, 2.0, 3.0] and pa.tolist() == [80.0, 60.0, 40.0]
+    got = pareto.frontier([0.5, 1.5, 2.5, 3.0, 3.5], speed, acc)
+    assert got[:4].tolist() == [80.0, 70.0, 50.0, 40.0] and math.isnan(got[4])
+
+
+def _runs(remask_correct: dict, remask_den: dict, n: int = 60):
+    """synthetic_runs of one benchmark with remask(τ, tau) rows overwritten: correct (a fraction of prompts, the
+    first ones) and denoise forwards per prompt (tokens are 32)."""
+    r = synthetic_runs(n=n, benchmarks=("synth-math",), good=True)
+    for tau, frac in remask_correct.items():
+        at = (r["mode"] == "remask") & (r["rule"] == "tau") & np.isclose(r["threshold"], tau)
+        idx = r.index[at]
+        r.loc[idx, "correct"] = np.arange(len(idx)) < frac * len(idx)
+        r.loc[idx, "denoise_forwards"] = remask_den[tau]
+    return r
+
+
+def _row(t, setting, axis="tpf"):
+    return t[(t["setting"] == setting) & (t["axis"] == axis)].iloc[0]
+
+
+def test_margin_is_accuracy_minus_the_frontier_at_the_same_speed():
+    """A plain reference: the frontier's accuracy at the setting's pooled TPF from the frontier's own points."""
+    r = _runs({0.5: 0.9}, {0.5: 16})  # TPF 2.0, 90% correct
+    t = pareto.matched_speed_table(r, n_boot=0)
+    f = r[r["mode"].isin(["static", "dynamic"])].groupby("setting").agg(
+        tok=("tokens", "sum"), den=("denoise_forwards", "sum"), acc=("correct", "mean"))
+    want = 90.0 - float(pareto.frontier(2.0, (f["tok"] / f["den"]).to_numpy(), 100 * f["acc"].to_numpy())[0])
+    row = _row(t, "remask(0.5,tau)")
+    assert row["speed"] == pytest.approx(2.0) and row["margin"] == pytest.approx(want)
+    assert row["margin_lo"] == row["margin"] == row["margin_hi"]  # n_boot 0: no interval
+
+
+def test_rule_knows_both_answers():
+    """remask(0.5) at dynamic(0.5)'s TPF with far higher accuracy beats the frontier; remask(0.7) slower than
+    dynamic(0.9) (TPF 1.0 < 1.11) at a lower accuracy than dynamic(0.9)'s is worse; remask(0.9) faster than every
+    dynamic setting is beyond the frontier."""
+    r = _runs({0.5: 0.95, 0.7: 0.3, 0.9: 0.5}, {0.5: 16, 0.7: 32, 0.9: 4})
+    t = pareto.matched_speed_table(r, n_boot=300)
+    b, w, x = (_row(t, f"remask({tau},tau)") for tau in (0.5, 0.7, 0.9))
+    assert b["at_equal_speed"] == "beats" and b["margin_lo"] > 0, b
+    assert w["at_equal_speed"] == "worse" and w["margin_hi"] < 0, w
+    assert x["at_equal_speed"] == "beyond" and math.isnan(x["margin"]), x
+    assert b["margin_lo"] <= b["margin"] <= b["margin_hi"]
+    counts = pareto.verdict_counts(t)
+    tau = counts[(counts["mode"] == "remask") & (counts["rule"] == "tau") & (counts["axis"] == "tpf")].iloc[0]
+    assert (tau["beats"], tau["worse"], tau["beyond"]) == (2, 1, 1)  # 0.3 (synthetic, TPF 2.8 > 2.0) beats too
+
+
+def test_wall_axis_is_tokens_per_second_over_static():
+    r = synthetic_runs(n=20, benchmarks=("synth-code",))
+    t = pareto.matched_speed_table(r, n_boot=0)
+    s, d = (r[r["setting"] == x] for x in ("static(1)", "dynamic(0.5)"))
+    want = (d["tokens"].sum() / d["wall_s"].sum()) / (s["tokens"].sum() / s["wall_s"].sum())
+    assert _row(t, "dynamic(0.5)", "wall_speedup")["speed"] == pytest.approx(want)
+    assert _row(t, "static(1)", "wall_speedup")["speed"] == pytest.approx(1.0)
+
+
+def test_unpaired_settings_are_refused():
+    r = synthetic_runs(n=20, benchmarks=("synth-code",))
+    r = r.drop(r.index[(r["setting"] == "remask(0.5,tau)")][:3])
+    with pytest.raises(ValueError, match="same problems"):
+        pareto.matched_speed_table(r, n_boot=0)
+
+
+def test_plot_has_a_panel_per_benchmark_and_axis():
+    t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0)
+    fig = pareto.plot_matched_speed(t)
+    assert len(fig.axes) == 4 and {a.get_xlabel() for a in fig.axes} == set(pareto.AXES.values())
