@@ -97,14 +97,14 @@ def test_upstream_speculative_equals_upstream_static_token_for_token(dtype):
     m, h = random_backbone(0, DTYPES[dtype]), random_head(100, DTYPES[dtype])
     rows = 0
     for block in (4, 8, 16):
-        ps = random_prompts(16, block, max_len=2 * block + 3)
+        ps = random_prompts(8, block, max_len=2 * block + 3)
         eos = [common_token(m, ps, block)]
         want = _run_upstream(m, ps, UpstreamStatic(), block, eos)
         for K, mode, scale in ((1, "none", 1.0), (3, "sum", 2.0)):
             got = _run_upstream(m, ps, UpstreamSpeculative(K, h, mode, scale), block, eos)
             rows += len(got)
             assert got == want, (dtype, block, K, mode)
-    assert rows == 3 * 2 * 16
+    assert rows == 3 * 2 * 8
 
 
 def _run_upstream(m, ps, policy, block, eos, batch=8):
