@@ -94,6 +94,19 @@ def test_out_dir_for_profile(tmp_runs, smoke_profile):
     assert d.name == "smoke" and d.is_dir()
 
 
+def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path):
+    both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
+    fig = plots.plot_speculative(both)
+    left, right = fig.axes[:2]
+    assert [t.get_text() for t in left.get_xticklabels()] == (
+        ["static"] + [f"K={k}" for k in SPEC_K] + ["upstream static"] + [f"upstream K={k}" for k in SPEC_K])
+    assert {ln.get_label() for ln in _lines(right)} == {f"{b} {p}K={k}" for b in BENCHES for p in ("", "upstream ")
+                                                         for k in SPEC_K}  # fmt: skip
+    fig = plots.plot_speedup(paper.speculative_table(both, n_boot=10))
+    assert set(_legend(fig.axes[0])) == {"paper (SDAR-8B)"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
+                                                              for k in SPEC_K}  # fmt: skip
+
+
 def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     fig = plots.plot_speculative(runs)
     _not_empty(fig)
@@ -119,20 +132,23 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
 
 
 def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
-    spec = paper.speculative_table(runs, n_boot=10)
-    spec_all_k = spec.assign(paper_throughput_speedup=1.4)  # even a table with a paper value beside K = 5
+    both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
+    spec = paper.speculative_table(both, n_boot=10)
+    spec_all_k = spec.assign(paper_throughput_speedup=1.4)  # even a table with a paper value beside every row
     fig = plots.plot_speedup(spec_all_k, paper.direct_table(runs, n_boot=10))
     ax = fig.axes[0]
     bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
-    want = [f"speculative K={k}" for k in SPEC_K] + ["direct step1", "direct step2"]
+    want = [f"{p}speculative K={k}" for p in ("", "upstream ") for k in SPEC_K] + ["direct step1", "direct step2"]
     assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
     assert sorted(_legend(ax)) == sorted(want + ["paper (SDAR-8B)"])
     assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
     marks = [c for c in ax.collections if c.get_label().startswith("paper") or c.get_label().startswith("_")]
     xs = np.concatenate([c.get_offsets()[:, 0] for c in marks if len(c.get_offsets())])
-    k3 = [p.get_x() + p.get_width() / 2 for p in bars["speculative K=3"].patches]
-    k5 = [p.get_x() + p.get_width() / 2 for p in bars["speculative K=5"].patches]
-    assert all(np.isclose(xs, x).any() for x in k3) and not any(np.isclose(xs, x).any() for x in k5)
+    # the paper's number is the released code's K = 3: beside the upstream K = 3 bars, nowhere else
+    mid = {k: [p.get_x() + p.get_width() / 2 for p in v.patches] for k, v in bars.items()}
+    assert all(np.isclose(xs, x).any() for x in mid["upstream speculative K=3"])
+    others = [x for k, v in mid.items() if "speculative" in k and k != "upstream speculative K=3" for x in v]
+    assert not any(np.isclose(xs, x).any() for x in others)
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):

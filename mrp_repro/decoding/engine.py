@@ -209,6 +209,7 @@ class Policy:
     """A denoising policy. `denoise` must leave no masked slot in active rows."""
 
     name = "policy"
+    algorithm = "ours"  # the decoding family (runs column `algorithm`); decoding.upstream's policies are "upstream"
 
     def begin(self, model: SDARModel, batch: int, capacity: int, device, static_cache: bool = False) -> object:
         return None

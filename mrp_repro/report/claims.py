@@ -158,14 +158,14 @@ def _mrp_fits_residual(tables, ctx) -> list[Outcome]:
 def _spec_lossless(tables, ctx) -> list[Outcome]:
     if m := missing(tables, "speculative"):
         return m
-    t = require(tables["speculative"], ["benchmark", "K", "identical_share"], "speculative-lossless")
+    t = require(tables["speculative"], ["benchmark", "algorithm", "K", "identical_share"], "speculative-lossless")
     out = []
-    for b, g in t.groupby("benchmark", sort=False):
+    for (b, a), g in t.groupby(["benchmark", "algorithm"], sort=False):
         ident = float(g["identical_share"].min())
-        ours = f"{100 * ident:.1f}% identical (worst K of {', '.join(str(int(k)) for k in g['K'])})"
+        ours = f"{100 * ident:.1f}% identical to {a} static (worst K of {', '.join(str(int(k)) for k in g['K'])})"
         v, why = (HOLDS, "every output equals static's token for token") if ident == 1.0 else (
             NOT, "some outputs differ from static's")  # fmt: skip
-        out.append(Outcome(b, ours, "lossless", v, why))
+        out.append(Outcome(f"{b}, {a}", ours, "lossless", v, why))
     return out
 
 
@@ -180,7 +180,8 @@ def _spec_k(tables, what: str) -> pd.DataFrame | list[Outcome]:
 def _spec_accuracy(tables, ctx) -> list[Outcome]:
     if m := missing(tables, "speculative"):
         return m
-    require(tables["speculative"], ["benchmark", "K", "accuracy", "static_accuracy", "paper_accuracy"], "spec-acc")
+    require(tables["speculative"], ["benchmark", "algorithm", "K", "accuracy", "static_accuracy", "paper_accuracy"],
+            "speculative-accuracy")  # fmt: skip
     t = _spec_k(tables, "speculative-accuracy")
     if isinstance(t, list):
         return t
@@ -189,14 +190,14 @@ def _spec_accuracy(tables, ctx) -> list[Outcome]:
         d = float(r.accuracy - r.static_accuracy)
         ours = f"{fmt(r.accuracy)} vs static {fmt(r.static_accuracy)} (K={PAPER_SPEC_K})"
         v, why = (HOLDS, "equal to static") if abs(d) < 1e-9 else (NOT, f"differs from static by {d:+.1f} points")
-        out.append(Outcome(r.benchmark, ours, fmt(r.paper_accuracy), v, why))
+        out.append(Outcome(f"{r.benchmark}, {r.algorithm}", ours, fmt(r.paper_accuracy), v, why))
     return out
 
 
 def _spec_speedup(tables, ctx) -> list[Outcome]:
     if m := missing(tables, "speculative"):
         return m
-    cols = ["benchmark", "K", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
+    cols = ["benchmark", "algorithm", "K", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup"]  # fmt: skip
     require(tables["speculative"], cols, "speculative-speedup")
     t = _spec_k(tables, "speculative-speedup")
@@ -214,8 +215,8 @@ def _spec_speedup(tables, ctx) -> list[Outcome]:
                HOLDS: f"CI above 1 and within {SPEEDUP_TOLERANCE:.0%} of the paper's {fmt(p, 2)}× or above",
                DIRECTION: "CI above 1: faster than static; the size is not compared on this profile",
                SHORT: f"CI above 1, but below {1 - SPEEDUP_TOLERANCE:.2f} × the paper's {fmt(p, 2)}×"}[v]  # fmt: skip
-        out.append(Outcome(r.benchmark, f"{fmt_ci(x, lo, hi, 2)}× (K={PAPER_SPEC_K})", f"{fmt(p, 2)}×" if has_p else "",
-                           v, why))  # fmt: skip
+        out.append(Outcome(f"{r.benchmark}, {r.algorithm}", f"{fmt_ci(x, lo, hi, 2)}× (K={PAPER_SPEC_K})",
+                           f"{fmt(p, 2)}×" if has_p else "", v, why))  # fmt: skip
     return out
 
 

@@ -74,13 +74,14 @@ RESULTS = {
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
-RESULTS_SCHEMA = "runs-v6"  # v6: naive settings named naive_mtp(K), K the lookahead K
+RESULTS_SCHEMA = "runs-v7"  # v6: naive settings named naive_mtp(K); v7: the algorithm column (ours / upstream)
 
-#: the modes of each table's slice of modes_runs (split_runs)
+#: the (mode, algorithm) pairs of each table's slice of modes_runs (split_runs): direct and naive exist in our
+#: algorithm only, so their slices hold our static alone; remasking keeps both algorithms (a key of its table)
 RUN_SPLITS = {
-    "direct_runs": ("static", "direct"),
-    "lookahead_runs": ("naive", "direct"),
-    "remasking_runs": ("dynamic", "remask"),
+    "direct_runs": (("static", "ours"), ("direct", "ours")),
+    "lookahead_runs": (("naive", "ours"), ("direct", "ours")),
+    "remasking_runs": (("dynamic", "ours"), ("remask", "ours"), ("dynamic", "upstream"), ("remask", "upstream")),
 }
 
 
@@ -103,7 +104,8 @@ def reports(model: str, table: str) -> bool:
 # ----------------------------------------------------------------------------- our tables
 
 #: the runs columns every table reads
-_BASE = ["model", "benchmark", "mode", "problem_id", "correct", "K", "threshold", "rule", "drafter", "batch_size"]
+_BASE = ["model", "benchmark", "algorithm", "mode", "problem_id", "correct", "K", "threshold", "rule", "drafter",
+         "batch_size"]  # fmt: skip
 _SPEED = ["tokens", "wall_s", "denoise_forwards", "commit_forwards"]
 
 
@@ -147,10 +149,13 @@ def _acc(row: dict, name: str, values, n_boot, ci, seed) -> None:
     row[name], row[f"{name}_lo"], row[f"{name}_hi"] = stats.mean_ci(values, n_boot, ci, seed)
 
 
-def _static_of(runs: pd.DataFrame, model, bench, what: str) -> pd.DataFrame:
-    s = runs[(runs["mode"] == "static") & (runs["model"] == model) & (runs["benchmark"] == bench)]
+def _static_of(runs: pd.DataFrame, model, bench, what: str, algorithm: str = "ours") -> pd.DataFrame:
+    """The static rows of one model, benchmark and algorithm (ours: static(1); upstream: upstream_static(1))."""
+    s = runs[(runs["mode"] == "static") & (runs["model"] == model) & (runs["benchmark"] == bench)
+             & (runs["algorithm"] == algorithm)]  # fmt: skip
     if s.empty:
-        raise ValueError(f"{what}: no static rows for {model} / {bench}; collect_runs always runs static(1)")
+        raise ValueError(f"{what}: no static rows of algorithm {algorithm} for {model} / {bench}; collect_runs "
+                         "runs one static per algorithm")  # fmt: skip
     return s
 
 
@@ -164,8 +169,8 @@ def backbone_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, see
 
 
 #: the columns of the every-mode table (modes.md)
-MODES_COLUMNS = ["model", "benchmark", "mode", "setting", "n", "accuracy", "accuracy_lo", "accuracy_hi",
-                 "backbone_forwards", "mrp_forwards", "tpf", "tokens_per_s", "speedup", "lossless",
+MODES_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "n", "accuracy", "accuracy_lo", "accuracy_hi",
+                 "backbone_forwards", "mrp_forwards", "tpf", "upstream_tpf", "tokens_per_s", "speedup", "lossless",
                  "tpf_share_of_oracle", "mean_accept", "revoked"]  # fmt: skip
 
 
@@ -265,31 +270,37 @@ def remasking_table(runs: pd.DataFrame, rule: str | None = "tau", n_boot: int = 
 
 def speculative_table(runs: pd.DataFrame, drafter: str = "mrp", n_boot: int = 1000, ci: float = 0.95,
                       seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Speculative(K, drafter) vs static per model x benchmark x K (every K: one row each): accuracy, static
-    accuracy, TPF, wall-clock and backbone-forward speedup with CI, identical_share (fraction of outputs
-    token-for-token equal to static: 1.0 = lossless). The paper's speculative table is at K = 3
-    (PAPER_SPECULATIVE_K): its numbers stand beside our K = 3 rows, blank beside every other K."""
+    """Speculative(K, drafter) vs static per model x benchmark x algorithm x K (every K: one row each):
+    accuracy, static accuracy, TPF, wall-clock and backbone-forward speedup with CI, identical_share (fraction of
+    outputs token-for-token equal to the same algorithm's static: 1.0 = lossless). `algorithm` (ours / upstream,
+    docs/upstream.md) is a key: each row compares with its own algorithm's static, never pooled. tpf counts per
+    row (both algorithms); upstream_tpf is the released code's accounting (tokens summed over a batch's rows per
+    batched forward; NaN on ours). The paper's speculative table is the released code's K = 3
+    (PAPER_SPECULATIVE_K, algorithm upstream): its numbers stand beside our upstream K = 3 rows only, blank
+    beside every other K and beside our own algorithm, whose K counts drafts otherwise."""
     what = "speculative_table"
-    require(runs, _BASE + _SPEED + ["identical_to_static"], what)
+    require(runs, _BASE + _SPEED + ["identical_to_static", "upstream_denoise_forwards"], what)
     spec = runs[(runs["mode"] == "speculative") & (runs["drafter"] == drafter)]
     if spec.empty:
         raise _no_rows(what, f"speculative drafter={drafter}")
     rows = []
-    for (model, bench, K), g in spec.groupby(["model", "benchmark", "K"]):
-        s = _static_of(runs, model, bench, what)
-        row = {"model": model, "benchmark": bench, "K": int(K), "n": len(g)}
+    for (model, bench, algo, K), g in spec.groupby(["model", "benchmark", "algorithm", "K"]):
+        s = _static_of(runs, model, bench, what, algo)
+        row = {"model": model, "benchmark": bench, "algorithm": algo, "K": int(K), "n": len(g)}
         _acc(row, "accuracy", g["correct"], n_boot, ci, seed)
         row["static_accuracy"] = stats.mean_ci(s["correct"], 0)[0]
         row["tpf"], row["static_tpf"] = _tpf(g), _tpf(s)
+        row["upstream_tpf"] = stats.upstream_tpf(g)
         row.update(_speed(g, s, n_boot, ci, seed, what))
         if drafter == "oracle":  # picks from uncounted, untimed forwards: a TPF ceiling, not a speed
             row.update({k: math.nan for k in row if k.startswith("throughput_speedup")})
         row["identical_share"] = float(g["identical_to_static"].astype(float).mean())
         rows.append(row)
-    ours = pd.DataFrame(rows).sort_values(["model", "benchmark", "K"])
-    out = _with_paper(ours, "speculative", ["model", "benchmark", "K"], ["accuracy", "throughput_speedup"],
-                      _paper_models(runs), [])
-    out.loc[out["K"] != PAPER_SPECULATIVE_K, ["paper_accuracy", "paper_throughput_speedup"]] = np.nan
+    keys = ["model", "benchmark", "algorithm", "K"]
+    ours = pd.DataFrame(rows).sort_values(keys)
+    out = _with_paper(ours, "speculative", keys, ["accuracy", "throughput_speedup"], _paper_models(runs), [])
+    paper_setting = (out["K"] == PAPER_SPECULATIVE_K) & (out["algorithm"] == "upstream")
+    out.loc[~paper_setting, ["paper_accuracy", "paper_throughput_speedup"]] = np.nan
     return out.reset_index(drop=True)
 
 
@@ -298,7 +309,7 @@ def direct_table(runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float
     per model x benchmark."""
     what = "direct_table"
     require(runs, _BASE + _SPEED, what)
-    static = runs[runs["mode"] == "static"]
+    static = runs[(runs["mode"] == "static") & (runs["algorithm"] == "ours")]  # direct is ours: our static
     direct = runs[(runs["mode"] == "direct") & runs["K"].isin(list(steps))]
     if static.empty or direct.empty:
         raise _no_rows(what, "static and direct(steps in " + str(tuple(steps)) + ")")
@@ -392,8 +403,9 @@ def cached_result(profile: Profile, name: str, compute) -> pd.DataFrame:
 
 def split_runs(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """A runs frame of every mode split into the slices of RUN_SPLITS (direct_runs, lookahead_runs, ...)."""
-    require(runs, ["mode"], "split_runs")
-    return {name: runs[runs["mode"].isin(modes)].reset_index(drop=True) for name, modes in RUN_SPLITS.items()}
+    require(runs, ["mode", "algorithm"], "split_runs")
+    pairs = pd.Series(list(zip(runs["mode"], runs["algorithm"], strict=True)), index=runs.index)
+    return {name: runs[pairs.isin(keep)].reset_index(drop=True) for name, keep in RUN_SPLITS.items()}
 
 
 def load_results(profile: Profile) -> dict[str, pd.DataFrame]:

@@ -42,9 +42,10 @@ AXES = {"tpf": "tokens per denoising forward", "wall_speedup": "wall-clock token
 #: the compared modes and the frontier's
 COMPARED = ("remask", "direct")
 FRONTIER = ("static", "dynamic")
-MATCHED_COLUMNS = ["model", "benchmark", "mode", "setting", "threshold", "rule", "K", "axis", "n", "speed",
-                   "accuracy", "dynamic_accuracy", "margin", "margin_lo", "margin_hi", "at_equal_speed"]  # fmt: skip
-_NEEDS = ["model", "benchmark", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct", "tokens",
+MATCHED_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "axis", "n",
+                   "speed", "accuracy", "dynamic_accuracy", "margin", "margin_lo", "margin_hi",
+                   "at_equal_speed"]  # fmt: skip
+_NEEDS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct", "tokens",
           "denoise_forwards", "wall_s"]  # fmt: skip
 
 
@@ -88,7 +89,11 @@ def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95
     require(runs, _NEEDS, what)
     runs = runs[runs["mode"].isin(COMPARED + FRONTIER)]
     rows = []
-    for (model, bench), g in runs.groupby(["model", "benchmark"], sort=False):
+    # each algorithm against its own frontier (its static and dynamic); an algorithm without remask or direct
+    # settings (upstream speculative only) has nothing to compare
+    for (model, bench, algo), g in runs.groupby(["model", "benchmark", "algorithm"], sort=False):
+        if not g["mode"].isin(COMPARED).any():
+            continue
         if g.duplicated(["setting", "problem_id"]).any():
             raise ValueError(f"{what}: {model}/{bench} has a setting twice on one problem (several batch sizes?)")
         if not (g["mode"] == "static").any() or not (g["mode"] == "dynamic").any():
@@ -115,7 +120,7 @@ def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95
                 margins[:, r] = acc_all[nb:, r] - frontier(sp[nb:, r], sp[:nb, r], acc_all[:nb, r])
             for i, s in enumerate(settings):
                 m = meta.loc[s]
-                row = {"model": model, "benchmark": bench, "mode": m["mode"], "setting": s,
+                row = {"model": model, "benchmark": bench, "algorithm": algo, "mode": m["mode"], "setting": s,
                        "threshold": m["threshold"], "rule": m["rule"], "K": m["K"], "axis": axis, "n": n,
                        "speed": sp[i, 0], "accuracy": acc_all[i, 0]}  # fmt: skip
                 if i < nb:
@@ -128,9 +133,8 @@ def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95
                                at_equal_speed=_verdict(mg[0], lo, hi))  # fmt: skip
                 rows.append(row)
     out = pd.DataFrame(rows, columns=MATCHED_COLUMNS)
-    return out.sort_values(["model", "benchmark", "axis", "mode", "rule", "threshold", "K"], kind="stable").reset_index(
-        drop=True
-    )
+    keys = ["model", "benchmark", "algorithm", "axis", "mode", "rule", "threshold", "K"]
+    return out.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def _ci(x: np.ndarray, ci: float) -> tuple[float, float]:
