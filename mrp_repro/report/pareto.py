@@ -45,8 +45,8 @@ FRONTIER = ("static", "dynamic")
 MATCHED_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "axis", "n",
                    "speed", "accuracy", "dynamic_accuracy", "margin", "margin_lo", "margin_hi",
                    "at_equal_speed"]  # fmt: skip
-_NEEDS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct", "tokens",
-          "denoise_forwards", "wall_s"]  # fmt: skip
+_NEEDS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct",
+          "tokens", "denoise_forwards", "wall_s"]  # fmt: skip
 
 
 def pareto_points(speed: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
