@@ -4,6 +4,7 @@
     python -m mrp_repro.reproduce --profile smoke --only 00 01
     python -m mrp_repro.reproduce --profile nosuch --debug   # a user error with its traceback
     python -m mrp_repro.reproduce --profile tiny --nproc 2   # `make reproduce NPROC=2`: heavy stages on 2 ranks
+    MRP_REPRO_FROM_SCRATCH=1 python -m mrp_repro.reproduce --profile tiny   # `make reproduce FROM_SCRATCH=1`
 
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
 `mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
@@ -16,6 +17,11 @@ With --nproc N > 1 the heavy stages run first, through torchrun on N local ranks
 the backbone (one process), the trajectories of every trajectories.sources entry (sharded), the head (DDP; not
 with mrp.pretrained) and the decoding grids (report.grids, sharded). The notebooks then run as always, in one
 process, and read what those stages wrote. With N = 1 nothing changes.
+
+A profile with published artifacts (artifacts/<profile>/, mrp_repro.published) evaluates them: the backbone and
+head are not trained. With $MRP_REPRO_FROM_SCRATCH=1 everything is retrained under runs/from-scratch/, the figures
+go to runs/from-scratch/figures/<profile>/, and the run ends with a comparison against the published artifacts
+and the committed figures (from_scratch_vs_published.md there; mrp_repro.publish.compare).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import time
 from pathlib import Path
 
 from mrp_repro.config import load_profile, repo_root
-from mrp_repro.runtime import runs_root
+from mrp_repro.runtime import from_scratch, runs_root
 
 KERNEL = "mrp-repro"
 
@@ -106,6 +112,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.nproc > 1:
         heavy_stages(profile, param, args.nproc)
+    from mrp_repro import published
+
+    rec = published.record(profile.name)
+    if rec is not None and from_scratch():
+        print(f"{published.FROM_SCRATCH_ENV}=1: retraining instead of using artifacts/{profile.name}/ (runs and "
+              f"figures under {runs_root()})")  # fmt: skip
+    elif rec is not None:
+        print(f"published artifacts: artifacts/{profile.name}/ (sha256 checked on load; "
+              f"{published.FROM_SCRATCH_ENV}=1 or make reproduce FROM_SCRATCH=1 retrains instead)")  # fmt: skip
+    t_all = time.perf_counter()
     print(f"profile {profile.name} ({profile.hash}): {len(nbs)} notebooks -> {out_dir}")
     for nb in nbs:
         out = out_dir / nb.name
@@ -124,7 +140,13 @@ def main(argv: list[str] | None = None) -> int:
             print(failure_message(nb, out, e, time.perf_counter() - t0), file=sys.stderr)
             return 1
         print(f"[{nb.name}] done in {time.perf_counter() - t0:.0f}s", flush=True)
-    print(f"all {len(nbs)} notebooks ran; figures under figures/{profile.name}/")
+    from mrp_repro.runtime import figures_dir
+
+    print(f"all {len(nbs)} notebooks ran in {time.perf_counter() - t_all:.0f}s; figures under {figures_dir(profile)}")
+    if rec is not None and from_scratch():
+        from mrp_repro.publish import compare
+
+        print(compare(profile))
     return 0
 
 
