@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro import published, stages
-from mrp_repro.config import load_profile
+from mrp_repro.config import load_profile, repo_root
 from mrp_repro.mrp import PREFIX
 from mrp_repro.publish import compare, publish
 from mrp_repro.runtime import FROM_SCRATCH_ENV, figures_root, runs_root
@@ -56,6 +56,29 @@ def pub(tmp_path_factory):
         out = publish(P, root / "train-runs")
         mp.setenv("MRP_REPRO_RUNS", str(root / "runs"))  # the tests' own, empty runs root
         yield P, out, model_fingerprint(bb.model), _state_bytes(bb.model)
+
+
+def test_committed_artifacts_match_their_records():
+    """Every committed artifacts/<name>/: each recorded file's sha256, no unrecorded file, the settings of the
+    shipped configs/<name>.yaml (so `make reproduce` evaluates them), and tiny's record is there."""
+    roots = sorted(p.parent for p in (repo_root() / "artifacts").glob(f"*/{published.MANIFEST}"))
+    assert "tiny" in [r.name for r in roots]
+    for root in roots:
+        rec = json.loads((root / published.MANIFEST).read_text())
+        files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+        recorded = {f for a in published.ARTIFACTS if a in rec for f in rec[a]["files"]}
+        assert files == recorded | {published.MANIFEST}
+        for f in sorted(recorded):
+            want = next(rec[a]["files"][f] for a in published.ARTIFACTS if a in rec and f in rec[a]["files"])
+            assert published.sha256_file(root / f) == want, f
+        P = load_profile(root.name)
+        assert published.settings_differences(rec["backbone"]["settings"], published.backbone_settings(P)) == []
+        if "head" in rec:
+            assert published.settings_differences(rec["head"]["settings"], published.head_settings(P)) == []
+        for a in published.ARTIFACTS:
+            if a in rec:
+                t = rec[a]["trained"]
+                assert t["git_commit"] and t["torch"] and t["threads"] and t["machine"], (root.name, a)
 
 
 def test_published_artifacts_stand_in_and_no_cache_shadows_them(pub):
