@@ -114,6 +114,7 @@ def publish(profile: Profile, src_root: str | os.PathLike, backbone_only: bool =
             "wall_s": met.get("wall_s"),
             "timestamp": prov.get("timestamp"),
             "device_name": prov.get("device_name"),
+            "mkl_cbwr": prov.get("mkl_cbwr"),  # None: recorded by a commit before mrp_repro set it (MKL default)
             "machine": here,
         },
         "metrics": met,
@@ -137,6 +138,7 @@ def publish(profile: Profile, src_root: str | os.PathLike, backbone_only: bool =
                 "wall_s": hmet.get("train_time_s"),  # head steps only; trajectory collection is not in it
                 "timestamp": hprov.get("timestamp"),
                 "device_name": hprov.get("device_name"),
+                "mkl_cbwr": hprov.get("mkl_cbwr"),  # None: recorded by a commit before mrp_repro set it (MKL default)
                 "machine": here,
             },
             "metrics": hmet,

@@ -250,6 +250,7 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
         "device": str(dev),
         "device_name": _device_name(dev),
         "cuda": torch.version.cuda,
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),  # MKL's reproducibility mode (mrp_repro/__init__.py sets it)
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
 

@@ -1,9 +1,13 @@
 """Fixed seeds give the same bits at the same thread count: the whole scratch pipeline (backbone training,
 trajectories, head training) run twice into two runs roots, and decoding (static, dynamic, speculative, remasking)
-run twice."""
+run twice; and, with MKL in strict reproducible mode (mrp_repro/__init__.py), a weight gradient is the same bits at
+1 and 2 threads (docs/published.md measures the rest)."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import torch
 
 from mrp_repro import stages
@@ -65,3 +69,21 @@ def test_decoding_twice_gives_the_same_tokens():
         assert runs[0].tokens == runs[1].tokens, policy.name
         assert [vars(s) for s in runs[0].stats] == [vars(s) for s in runs[1].stats], policy.name
         assert runs[0].trace == runs[1].trace, policy.name
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 cores")
+def test_weight_gradients_are_the_same_bits_at_1_and_2_threads():
+    """The reduction that differed: a weight gradient, dY^T X over 4096 rows (batch x tokens), which MKL splits
+    over threads in its default mode; mrp_repro sets MKL_CBWR=AUTO,STRICT on import (mrp_repro/__init__.py)."""
+    assert os.environ.get("MKL_CBWR", "").endswith("STRICT")
+    g = torch.Generator().manual_seed(0)
+    x, dy = torch.randn(4096, 96, generator=g), torch.randn(4096, 288, generator=g)
+    n = torch.get_num_threads()
+    try:
+        out = []
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            out.append(dy.T @ x)
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(out[0], out[1])
