@@ -3,7 +3,8 @@
     from mrp_repro import stages
     from mrp_repro.config import load_profile
     P = load_profile("tiny")
-    bb = stages.backbone(P)                    # trains a scratch backbone once (~14 CPU-min on tiny), else loads it
+    bb = stages.backbone(P)                    # tiny: the published backbone (artifacts/tiny/, sha256-checked);
+                                               # other scratch profiles train once (~18 CPU-min at tiny's size)
     d = stages.trajectories(P, bb, "self")     # collects (or resumes, or reuses) one trajectory source
     head = stages.head(P, bb)                  # trains the MRP head once; on bb's device and in bb's dtype
                                                # (or loads the released one of mrp.pretrained: mrp_repro.released)
@@ -11,7 +12,8 @@
 Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
 valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
 artifact directory is named by a hash of exactly the settings it depends on (`*_dir` functions), plus the
-backbone's weight fingerprint for everything trained or collected on a backbone.
+backbone's weight fingerprint for everything trained or collected on a backbone. Published artifacts
+(mrp_repro.published) stand in for the backbone and head whenever they apply; MRP_REPRO_FROM_SCRATCH=1 retrains.
 
 Command line (each stage also builds the ones it needs; `--debug` shows a user error's traceback):
 
