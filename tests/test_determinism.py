@@ -35,6 +35,7 @@ def _pipeline(P, root, monkeypatch):
     monkeypatch.setenv("MRP_REPRO_RUNS", str(root))
     bb = stages.backbone(P, device="cpu", progress=False)
     head = stages.head(P, bb, progress=False)
+    assert str(bb.path).startswith(str(root)) and (stages.head_dir(P, bb) / "done.json").exists()  # trained here
     rows = {}
     for s in stages.train_sources(P):
         ds = load_trajectories(stages.trajectories_dir(P, bb, s))
