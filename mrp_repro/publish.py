@@ -196,14 +196,18 @@ def compare(profile: Profile, published_figures: Path | None = None) -> str:
         rows.append(f"| {what} | {a} | {b} | {'yes' if a == b else 'no'} |")
 
     bdir = stages.backbone_dir(profile)
-    fp = model_fingerprint(ckpt_io.load_backbone(bdir / "model", dtype=torch.float32))
+    if (bdir / "done.json").exists():
+        fp = model_fingerprint(ckpt_io.load_backbone(bdir / "model", dtype=torch.float32))
+        new = published.sha256_file(bdir / "model" / "model.safetensors")
+        met = json.loads((bdir / "done.json").read_text())["metrics"]
+    else:  # not trained (yet) in this runs root: e.g. a run of notebook 00 alone
+        fp, new, met = "-", "-", {}
     row("backbone model.safetensors sha256", rec["backbone"]["files"]["backbone/model/model.safetensors"][:16],
-        published.sha256_file(bdir / "model" / "model.safetensors")[:16])  # fmt: skip
+        new[:16])  # fmt: skip
     row("backbone weight fingerprint", rec["backbone"]["fingerprint"], fp)
-    met = json.loads((bdir / "done.json").read_text())["metrics"]
     for k in ("final_loss", "threads", "wall_s"):
         row(f"backbone {k}", rec["backbone"]["metrics"].get(k), met.get(k))
-    if "head" in rec:
+    if "head" in rec and fp != "-":
         hdir = stages.artifact_dir(profile, "mrp", stages.head_key(profile, fp))
         new = published.sha256_file(hdir / "head" / "mrp.safetensors") if (hdir / "done.json").exists() else "-"
         row("head mrp.safetensors sha256", rec["head"]["files"]["head/head/mrp.safetensors"][:16], new[:16])

@@ -20,8 +20,8 @@ process, and read what those stages wrote. With N = 1 nothing changes.
 
 A profile with published artifacts (artifacts/<profile>/, mrp_repro.published) evaluates them: the backbone and
 head are not trained. With $MRP_REPRO_FROM_SCRATCH=1 everything is retrained under runs/from-scratch/, the figures
-go to runs/from-scratch/figures/<profile>/, and the run ends with a comparison against the published artifacts
-and the committed figures (from_scratch_vs_published.md there; mrp_repro.publish.compare).
+go to runs/from-scratch/figures/<profile>/, and the command line ends with a comparison against the published
+artifacts and the committed figures (from_scratch_vs_published.md there; mrp_repro.publish.compare).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from mrp_repro.config import load_profile, repo_root
-from mrp_repro.runtime import from_scratch, runs_root
+from mrp_repro.runtime import runs_root
 
 KERNEL = "mrp-repro"
 
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     profile = load_profile(args.profile)  # fail fast on a bad profile, as one line (run_cli)
+    _say_published(profile)
     param = args.profile
     if Path(param).suffix in (".yaml", ".yml"):
         param = str(Path(param).resolve())  # notebooks run with their own cwd
@@ -112,16 +113,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.nproc > 1:
         heavy_stages(profile, param, args.nproc)
-    from mrp_repro import published
-
-    rec = published.record(profile.name)
-    if rec is not None and from_scratch():
-        print(f"{published.FROM_SCRATCH_ENV}=1: retraining instead of using artifacts/{profile.name}/ (runs and "
-              f"figures under {runs_root()})")  # fmt: skip
-    elif rec is not None:
-        print(f"published artifacts: artifacts/{profile.name}/ (sha256 checked on load; "
-              f"{published.FROM_SCRATCH_ENV}=1 or make reproduce FROM_SCRATCH=1 retrains instead)")  # fmt: skip
-    t_all = time.perf_counter()
     print(f"profile {profile.name} ({profile.hash}): {len(nbs)} notebooks -> {out_dir}")
     for nb in nbs:
         out = out_dir / nb.name
@@ -140,17 +131,45 @@ def main(argv: list[str] | None = None) -> int:
             print(failure_message(nb, out, e, time.perf_counter() - t0), file=sys.stderr)
             return 1
         print(f"[{nb.name}] done in {time.perf_counter() - t0:.0f}s", flush=True)
-    from mrp_repro.runtime import figures_dir
+    print(f"all {len(nbs)} notebooks ran; figures under figures/{profile.name}/")
+    return 0
 
-    print(f"all {len(nbs)} notebooks ran in {time.perf_counter() - t_all:.0f}s; figures under {figures_dir(profile)}")
-    if rec is not None and from_scratch():
+
+def _say_published(profile) -> None:
+    """One line: whether this run evaluates the published artifacts or retrains them."""
+    from mrp_repro import published
+    from mrp_repro.runtime import from_scratch
+
+    if published.record(profile.name) is None:
+        return
+    if from_scratch():
+        print(f"{published.FROM_SCRATCH_ENV}=1: retraining instead of using artifacts/{profile.name}/ (runs and "
+              f"figures under {runs_root()})")  # fmt: skip
+    else:
+        print(f"published artifacts: artifacts/{profile.name}/ (sha256 checked on load; "
+              f"{published.FROM_SCRATCH_ENV}=1 or make reproduce FROM_SCRATCH=1 retrains instead)")  # fmt: skip
+
+
+def main_and_compare(argv: list[str] | None = None) -> int:
+    """main; then, for a from-scratch run of a profile with published artifacts, its total time and the comparison
+    with them (mrp_repro.publish.compare)."""
+    from mrp_repro import published
+    from mrp_repro.runtime import from_scratch
+
+    t0 = time.perf_counter()
+    rc = main(argv)
+    name = argparse.ArgumentParser(add_help=False)
+    name.add_argument("--profile", default="tiny")
+    profile = load_profile(name.parse_known_args(argv)[0].profile)
+    if rc == 0 and from_scratch() and published.record(profile.name) is not None:
         from mrp_repro.publish import compare
 
+        print(f"from scratch: every stage and notebook in {time.perf_counter() - t0:.0f}s")
         print(compare(profile))
-    return 0
+    return rc
 
 
 if __name__ == "__main__":
     from mrp_repro.cli import run_cli
 
-    run_cli(main)  # exits with main's status; a bad profile prints one line (--debug: the traceback)
+    run_cli(main_and_compare)  # exits with main's status; a bad profile prints one line (--debug: the traceback)
