@@ -2,6 +2,7 @@
 #   make reproduce PROFILE=tiny      # default; CPU, 2 cores
 #   make test PYTEST_ARGS="-m 'not slow' -x"
 #   make reproduce PROFILE=tiny NPROC=2  # heavy stages (trajectories, head, decoding grids) on 2 torchrun ranks
+#   make reproduce FROM_SCRATCH=1        # retrain the published backbone and head (artifacts/<profile>/) and compare
 # Profiles: configs/<name>.yaml (smoke, tiny, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
 #   make reproduce PROFILE=sdar-mini  # the SDAR path on CPU: a generated toy SDAR checkpoint + released-format head
 #                                     # (python -m mrp_repro.sdar_mini --out DIR writes them; the first stage does it)
@@ -9,6 +10,7 @@
 PYTHON ?= python3
 PROFILE ?= tiny
 NPROC ?= 1
+FROM_SCRATCH ?=
 PYTEST_ARGS ?=
 VENV := .venv
 VPY := $(VENV)/bin/python
@@ -23,6 +25,8 @@ help:
 	@echo "make test        setup, then pytest (PYTEST_ARGS=... passes through)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
+	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
+	@echo "                 retrains them instead (runs/from-scratch/) and compares (docs/published.md)"
 	@echo "make lab         setup, then JupyterLab on notebooks/"
 	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
 
@@ -45,7 +49,7 @@ test: setup
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 reproduce: setup
-	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
+	$(if $(FROM_SCRATCH),MRP_REPRO_FROM_SCRATCH=$(FROM_SCRATCH) )$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -4,6 +4,7 @@
     python -m mrp_repro.reproduce --profile smoke --only 00 01
     python -m mrp_repro.reproduce --profile nosuch --debug   # a user error with its traceback
     python -m mrp_repro.reproduce --profile tiny --nproc 2   # `make reproduce NPROC=2`: heavy stages on 2 ranks
+    MRP_REPRO_FROM_SCRATCH=1 python -m mrp_repro.reproduce --profile tiny   # `make reproduce FROM_SCRATCH=1`
 
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
 `mrp-repro` (registered by `make setup`), parameter `profile=<name or path>`,
@@ -18,6 +19,11 @@ With --nproc N > 1 the heavy stages run first, through torchrun on N local ranks
 the backbone (one process), the trajectories of every trajectories.sources entry (sharded), the head (DDP; not
 with mrp.pretrained) and the decoding grids (report.grids, sharded). The notebooks then run as always, in one
 process, and read what those stages wrote. With N = 1 nothing changes.
+
+A profile with published artifacts (artifacts/<profile>/, mrp_repro.published) evaluates them: the backbone and
+head are not trained. With $MRP_REPRO_FROM_SCRATCH=1 everything is retrained under runs/from-scratch/, the figures
+go to runs/from-scratch/figures/<profile>/, and the command line ends with a comparison against the published
+artifacts and the committed figures (from_scratch_vs_published.md there; mrp_repro.publish.compare).
 """
 
 from __future__ import annotations
@@ -148,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     profile = load_profile(args.profile)  # fail fast on a bad profile, as one line (run_cli)
+    _say_published(profile)
     param = args.profile
     if Path(param).suffix in (".yaml", ".yml"):
         param = str(Path(param).resolve())  # notebooks run with their own cwd
@@ -184,7 +191,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _say_published(profile) -> None:
+    """One line: whether this run evaluates the published artifacts or retrains them."""
+    from mrp_repro import published
+    from mrp_repro.runtime import from_scratch
+
+    if published.record(profile.name) is None:
+        return
+    if from_scratch():
+        print(f"{published.FROM_SCRATCH_ENV}=1: retraining instead of using artifacts/{profile.name}/ (runs and "
+              f"figures under {runs_root()})")  # fmt: skip
+    else:
+        print(f"published artifacts: artifacts/{profile.name}/ (sha256 checked on load; "
+              f"{published.FROM_SCRATCH_ENV}=1 or make reproduce FROM_SCRATCH=1 retrains instead)")  # fmt: skip
+
+
+def main_and_compare(argv: list[str] | None = None) -> int:
+    """main; then, for a from-scratch run of a profile with published artifacts, its total time and the comparison
+    with them (mrp_repro.publish.compare)."""
+    from mrp_repro import published
+    from mrp_repro.runtime import from_scratch
+
+    t0 = time.perf_counter()
+    rc = main(argv)
+    name = argparse.ArgumentParser(add_help=False)
+    name.add_argument("--profile", default="tiny")
+    profile = load_profile(name.parse_known_args(argv)[0].profile)
+    if rc == 0 and from_scratch() and published.record(profile.name) is not None:
+        from mrp_repro.publish import compare
+
+        print(f"from scratch: every stage and notebook in {time.perf_counter() - t0:.0f}s")
+        print(compare(profile))
+    return rc
+
+
 if __name__ == "__main__":
     from mrp_repro.cli import run_cli
 
-    run_cli(main)  # exits with main's status; a bad profile prints one line (--debug: the traceback)
+    run_cli(main_and_compare)  # exits with main's status; a bad profile prints one line (--debug: the traceback)

@@ -10,7 +10,9 @@
 Environment variables: MRP_REPRO_DEVICE (cpu, cuda, cuda:1, mps), MRP_REPRO_DTYPE
 (float32/fp32, bfloat16/bf16, float16/fp16, auto), MRP_REPRO_RUNS (artifact
 cache root, default <repo>/runs), MRP_REPRO_FIGURES (default <repo>/figures),
-MRP_REPRO_DATA (benchmark files), MRP_REPRO_ROOT (repository root).
+MRP_REPRO_DATA (benchmark files), MRP_REPRO_ROOT (repository root), MRP_REPRO_FROM_SCRATCH (1: retrain
+instead of using the published artifacts of artifacts/<profile>/; its runs and figures then go under
+<runs root>/from-scratch/, apart from the published ones: mrp_repro.published).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 
 from mrp_repro.config import repo_root
+from mrp_repro.errors import UserError
 
 if TYPE_CHECKING:
     from mrp_repro.config import Profile
@@ -41,6 +44,8 @@ __all__ = [
     "pick_dtype",
     "seed_everything",
     "set_num_threads",
+    "FROM_SCRATCH_ENV",
+    "from_scratch",
     "repo_root",
     "runs_root",
     "figures_root",
@@ -146,13 +151,32 @@ def _env_path(var: str, default: Path) -> Path:
     return Path(env).expanduser().resolve() if env else default
 
 
+FROM_SCRATCH_ENV = "MRP_REPRO_FROM_SCRATCH"
+
+
+def from_scratch() -> bool:
+    """$MRP_REPRO_FROM_SCRATCH=1 (make reproduce FROM_SCRATCH=1): retrain every artifact instead of using the
+    published ones (mrp_repro.published). The one switch; "", 0 or unset: use them."""
+    v = os.environ.get(FROM_SCRATCH_ENV, "").strip().lower()
+    if v in ("", "0", "false", "no"):
+        return False
+    if v in ("1", "true", "yes"):
+        return True
+    raise UserError(f"{FROM_SCRATCH_ENV}={v!r}: set it to 1 (retrain everything) or 0 / unset (published artifacts)")
+
+
 def runs_root() -> Path:
-    """Artifact cache root: $MRP_REPRO_RUNS, else <repo>/runs."""
-    return _env_path("MRP_REPRO_RUNS", repo_root() / "runs")
+    """Artifact cache root: $MRP_REPRO_RUNS, else <repo>/runs; with from_scratch(), its from-scratch/ subfolder
+    (so no cached result of the published artifacts is read for retrained ones, nor the other way round)."""
+    root = _env_path("MRP_REPRO_RUNS", repo_root() / "runs")
+    return root / "from-scratch" if from_scratch() else root
 
 
 def figures_root() -> Path:
-    """Figures root: $MRP_REPRO_FIGURES, else <repo>/figures."""
+    """Figures root: $MRP_REPRO_FIGURES, else <repo>/figures; with from_scratch() and no $MRP_REPRO_FIGURES,
+    <runs root>/figures (the committed figures/ stay those of the published artifacts)."""
+    if from_scratch() and not os.environ.get("MRP_REPRO_FIGURES"):
+        return runs_root() / "figures"
     return _env_path("MRP_REPRO_FIGURES", repo_root() / "figures")
 
 
@@ -226,6 +250,7 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
         "device": str(dev),
         "device_name": _device_name(dev),
         "cuda": torch.version.cuda,
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),  # MKL's reproducibility mode (mrp_repro/__init__.py sets it)
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
 

@@ -3,7 +3,8 @@
     from mrp_repro import stages
     from mrp_repro.config import load_profile
     P = load_profile("tiny")
-    bb = stages.backbone(P)                    # trains a scratch backbone once (~14 CPU-min on tiny), else loads it
+    bb = stages.backbone(P)                    # tiny: the published backbone (artifacts/tiny/, sha256-checked);
+                                               # other scratch profiles train once (~18 CPU-min at tiny's size)
     d = stages.trajectories(P, bb, "self")     # collects (or resumes, or reuses) one trajectory source
     head = stages.head(P, bb)                  # trains the MRP head once; on bb's device and in bb's dtype
                                                # (or loads the released one of mrp.pretrained: mrp_repro.released)
@@ -11,7 +12,8 @@
 Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
 valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
 artifact directory is named by a hash of exactly the settings it depends on (`*_dir` functions), plus the
-backbone's weight fingerprint for everything trained or collected on a backbone.
+backbone's weight fingerprint for everything trained or collected on a backbone. Published artifacts
+(mrp_repro.published) stand in for the backbone and head whenever they apply; MRP_REPRO_FROM_SCRATCH=1 retrains.
 
 Command line (each stage also builds the ones it needs; `--debug` shows a user error's traceback):
 
@@ -36,13 +38,13 @@ from pathlib import Path
 import torch
 
 from mrp_repro import checkpoint as ckpt_io
-from mrp_repro import distributed
+from mrp_repro import distributed, published
 from mrp_repro.backbone import Backbone, special_ids
 from mrp_repro.config import Profile, repo_root
 from mrp_repro.errors import UserError
 from mrp_repro.model import SDARModel
 from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, load_head
-from mrp_repro.runtime import artifact_dir, pick_device, pick_dtype, set_num_threads
+from mrp_repro.runtime import FROM_SCRATCH_ENV, artifact_dir, pick_device, pick_dtype, set_num_threads
 from mrp_repro.tokenizer import load_tokenizer
 from mrp_repro.training.common import BACKBONE_COMMAND, HEAD_COMMAND
 from mrp_repro.training.mrp import train_mrp, train_sources
@@ -52,6 +54,7 @@ from mrp_repro.trajectories import FORMAT_VERSION, collect, model_fingerprint, r
 __all__ = [
     "BACKBONE_SECTIONS",
     "BackboneNotTrained",
+    "backbone_key",
     "backbone_dir",
     "backbone",
     "shared_backbone",
@@ -60,6 +63,7 @@ __all__ = [
     "training_examples",
     "trajectories_dir",
     "trajectories",
+    "head_key",
     "head_dir",
     "train_head",
     "head",
@@ -77,12 +81,18 @@ class BackboneNotTrained(UserError, FileNotFoundError):
 # ----------------------------------------------------------------------------- backbone
 
 
-def backbone_dir(profile: Profile) -> Path:
-    """The artifact directory of a scratch profile's trained backbone."""
+def backbone_key(profile: Profile) -> str:
+    """The cache key of a scratch profile's backbone: its directory is runs/<profile>/backbone-<key>/."""
     from mrp_repro.tasks.synthetic import GENERATOR_VERSION
 
     key = hashlib.sha256(f"{profile.section_hash(*BACKBONE_SECTIONS)}:synthetic-v{GENERATOR_VERSION}".encode())
-    return artifact_dir(profile, "backbone", key.hexdigest()[:12])
+    return key.hexdigest()[:12]
+
+
+def backbone_dir(profile: Profile) -> Path:
+    """The artifact directory of a scratch profile's trained backbone (in the runs/ cache; the published one,
+    when it applies, is published.backbone_dir)."""
+    return artifact_dir(profile, "backbone", backbone_key(profile))
 
 
 def backbone(
@@ -94,12 +104,20 @@ def backbone(
 ) -> Backbone:
     """The profile's frozen backbone on `device` in `dtype` (default: runtime.pick_device / the profile's dtype).
 
-    Scratch profiles train once into backbone_dir(profile) (a deleted model/ is rewritten from the last
-    training checkpoint); hub and local profiles load a hub-format checkpoint and its tokenizer."""
+    Scratch profiles load the published backbone when it applies (published.backbone_dir: artifacts/<profile>/,
+    sha256-checked; not with $MRP_REPRO_FROM_SCRATCH=1), else train once into backbone_dir(profile) (a deleted
+    model/ is rewritten from the last training checkpoint); hub and local profiles load a hub-format checkpoint
+    and its tokenizer."""
     dev = pick_device(device)
     dt = pick_dtype(dev, dtype if dtype is not None else profile.model.dtype)
     src = profile.model.source
-    if src == "scratch":
+    pub = published.backbone_dir(profile) if src == "scratch" else None
+    if pub is not None:  # the published backbone (sha256 verified); a runs/ cache never stands in for it
+        path = pub / "model"
+        fix = f"restore it with `git checkout -- {pub}`, or retrain ({FROM_SCRATCH_ENV}=1)"
+        model = ckpt_io.load_backbone(path, device=dev, dtype=dt, fix=fix)
+        tok = load_tokenizer(path)
+    elif src == "scratch":
         out = backbone_dir(profile)
         path = out / "model"
         rerun = BACKBONE_COMMAND.format(name=profile.name)
@@ -152,7 +170,8 @@ def shared_backbone(profile: Profile, progress: bool = True) -> Backbone:
     d = distributed.current()
     if not d.active:
         return backbone(profile, progress=progress)
-    if profile.model.source == "scratch" and not (backbone_dir(profile) / "done.json").exists():
+    if (profile.model.source == "scratch" and published.backbone_dir(profile) is None
+            and not (backbone_dir(profile) / "done.json").exists()):  # fmt: skip
         raise BackboneNotTrained(
             f"no trained backbone at {backbone_dir(profile)}, and torchrun ranks do not train one; run "
             f"{BACKBONE_COMMAND.format(name=profile.name)} first (make reproduce NPROC=N does)"
@@ -270,12 +289,19 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
 # ----------------------------------------------------------------------------- MRP head
 
 
-def head_dir(profile: Profile, bb: Backbone) -> Path:
-    """runs/<profile>/mrp-<hash>/: head/ (weights, config), metrics.json, loss curves, ckpt.pt."""
+def head_key(profile: Profile, backbone_fingerprint: str) -> str:
+    """The cache key of a trained head: its directory is runs/<profile>/mrp-<key>/."""
     # the online recipe reads no trajectories, so their settings do not name its head
     sections = ("mrp", "mrp_training", "data") + (("trajectories",) if profile.mrp_training.recipe == "offline" else ())
-    key = hashlib.sha256((profile.section_hash(*sections) + "|" + model_fingerprint(bb.model)).encode())
-    return artifact_dir(profile, "mrp", key.hexdigest()[:12])
+    return hashlib.sha256((profile.section_hash(*sections) + "|" + backbone_fingerprint).encode()).hexdigest()[:12]
+
+
+def head_dir(profile: Profile, bb: Backbone) -> Path:
+    """runs/<profile>/mrp-<hash>/: head/ (weights, config), metrics.json, loss curves, ckpt.pt; or the published
+    head's directory (artifacts/<profile>/head/, sha256-checked) when it applies (published.head_dir)."""
+    fp = model_fingerprint(bb.model)
+    pub = published.head_dir(profile, fp)
+    return pub if pub is not None else artifact_dir(profile, "mrp", head_key(profile, fp))
 
 
 def _load_head(bb: Backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHead:
@@ -296,7 +322,11 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
 
     On reuse the head is loaded once against the backbone's fingerprint: a missing or unreadable head is
     rewritten from ckpt.pt (a finished run's last checkpoint: no step is retrained); a head of another
-    backbone is refused (BackboneMismatchError) unless allow_backbone_mismatch."""
+    backbone is refused (BackboneMismatchError) unless allow_backbone_mismatch. The published head, when it
+    applies (head_dir), is returned as it is: never trained into, never rewritten."""
+    pub = published.head_dir(profile, model_fingerprint(bb.model))
+    if pub is not None:
+        return pub
     out = head_dir(profile, bb)
     if (out / "done.json").exists():
         try:
@@ -384,6 +414,10 @@ def main(argv: list[str] | None = None) -> None:
         distributed.launch("mrp_repro.stages", rest, args.nproc, runs_root() / profile.name / "logs" / args.stage)
         return
     d = distributed.init()
+    pub = published.backbone_dir(profile) if args.stage == "backbone" else None
+    if pub is not None:  # verified; nothing to train
+        print(json.dumps({"published": str(pub)}))
+        return
     if args.stage == "backbone" and profile.model.source == "scratch":
         from mrp_repro.training.backbone import train_backbone
 

@@ -1,0 +1,272 @@
+"""Published reference artifacts: the scratch backbone and MRP head that produced the committed figures/<profile>/,
+shipped in artifacts/<profile>/ with each file's sha256, the settings they were trained with, and the provenance of
+the run that trained them (commit, torch threads, torch version, machine).
+
+    python -m mrp_repro.published --profile tiny      # check them: every sha256, the settings vs the profile
+    python -m mrp_repro.publish --profile tiny --from RUNS_ROOT     # (re)publish a finished run (publish.py)
+
+    from mrp_repro import published
+    published.backbone_dir(P)                 # artifacts/tiny/backbone (hashes verified), or None: train as usual
+    published.head_dir(P, fingerprint)        # artifacts/tiny/head (verified), or None
+
+stages.backbone / stages.train_head use them, never a runs/ cache, whenever they apply: artifacts/<profile.name>/
+has a record, $MRP_REPRO_FROM_SCRATCH is not set (runtime.from_scratch(); `make reproduce FROM_SCRATCH=1` sets
+it), the profile's settings equal the recorded ones (a setting added since, at its default, counts as equal), and,
+for the head, the backbone is the published one (its weight fingerprint). A file whose sha256 differs from the
+record is refused (PublishedArtifactError, naming the file and the fix). The shipped profile itself
+(configs/<name>.yaml) differing from the record is an error too (the artifacts are out of date); a derived profile
+of the same name (Profile.replace: another seed, an ablation) just trains, with a note naming what differs.
+
+Layout (artifacts/<profile>/):
+    published.json            the record: per artifact its files' sha256, settings, provenance, metrics
+    backbone/model/           hub-format checkpoint + tokenizer (stages.backbone loads it; bb.path)
+    backbone/loss_curve.csv   notebook 01's curve (it reads bb.path.parent / "loss_curve.csv")
+    backbone/done.json        the training run's metrics and provenance, as written by training.backbone
+    head/head/                mrp.safetensors + mrp_config.json (stages._load_head reads <dir>/head)
+    head/loss_curve.csv       notebook 04's curve; head/metrics.json (report.drafters); head/provenance.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+from mrp_repro.config import SECTIONS, Profile, load_profile, repo_root
+from mrp_repro.errors import UserError
+from mrp_repro.runtime import FROM_SCRATCH_ENV, from_scratch
+
+__all__ = [
+    "MANIFEST",
+    "ARTIFACTS",
+    "PublishedArtifactError",
+    "artifacts_root",
+    "record",
+    "backbone_settings",
+    "head_settings",
+    "settings_differences",
+    "sha256_file",
+    "verify_files",
+    "backbone_dir",
+    "head_dir",
+    "republish_command",
+    "main",
+]
+
+MANIFEST = "published.json"
+ARTIFACTS = ("backbone", "head")
+FORMAT = 1
+_noted: set[str] = set()
+
+
+class PublishedArtifactError(UserError):
+    """A published file is missing, or its sha256 is not the recorded one (corrupted, replaced, stale)."""
+
+
+def artifacts_root() -> Path:
+    """<repo>/artifacts (tests point it elsewhere with monkeypatch)."""
+    return repo_root() / "artifacts"
+
+
+def republish_command(name: str) -> str:
+    return f"python -m mrp_repro.publish --profile {name} --from <runs root of a finished run>"
+
+
+def record(name: str) -> dict | None:
+    """artifacts/<name>/published.json, or None when nothing is published for that profile name."""
+    path = artifacts_root() / name / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PublishedArtifactError(
+            f"{path} is unreadable ({e}); restore it with `git checkout -- {path.parent}` or republish: "
+            f"{republish_command(name)}"
+        ) from e
+    if rec.get("format") != FORMAT:
+        raise PublishedArtifactError(f"{path}: format {rec.get('format')!r}, this code reads {FORMAT}; republish: "
+                                     f"{republish_command(name)}")  # fmt: skip
+    return rec
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def backbone_settings(profile: Profile) -> dict[str, Any]:
+    """What a scratch backbone depends on: exactly the inputs of stages.backbone_dir's cache key."""
+    from mrp_repro.tasks.synthetic import GENERATOR_VERSION
+
+    d = profile.to_dict()
+    out = {"seed": d["seed"], "block_size": d["block_size"], "synthetic_generator_version": GENERATOR_VERSION}
+    out.update({s: d[s] for s in ("model", "tokenizer", "data", "backbone_training")})
+    return out
+
+
+def head_settings(profile: Profile) -> dict[str, Any]:
+    """What a trained head depends on besides its backbone: the inputs of stages.head_dir's cache key, and of
+    stages.trajectories_dir's for the offline recipe (its trajectories)."""
+    from mrp_repro.trajectories import FORMAT_VERSION
+
+    d = profile.to_dict()
+    out = {"seed": d["seed"], "block_size": d["block_size"]}
+    out.update({s: d[s] for s in ("mrp", "mrp_training", "data")})
+    if profile.mrp_training.recipe == "offline":
+        out["trajectories"] = d["trajectories"]
+        out["trajectories_format_version"] = FORMAT_VERSION
+        out["decoding"] = {"max_new_tokens": d["decoding"]["max_new_tokens"]}
+    return out
+
+
+def _defaults(section: str) -> dict[str, Any]:
+    """A section's settings that have a dataclass default, as plain values (as Profile.to_dict writes them)."""
+    out = {}
+    for f in fields(SECTIONS[section]):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+    return json.loads(json.dumps(out))  # tuples -> lists
+
+
+def settings_differences(recorded: dict, current: dict) -> list[str]:
+    """`key: recorded -> current` for every setting that differs. A setting the record lacks (added to the schema
+    after publishing) counts as equal at its dataclass default; one the profile lacks (removed since) differs."""
+    out = []
+    for key in sorted(set(recorded) | set(current)):
+        r, c = recorded.get(key, "<absent>"), current.get(key, "<absent>")
+        if isinstance(c, dict) and isinstance(r, dict):
+            defaults = _defaults(key) if key in SECTIONS else {}
+            for k in sorted(set(r) | set(c)):
+                if k not in r and k in defaults and c[k] == defaults[k]:
+                    continue
+                rv, cv = r.get(k, "<absent>"), c.get(k, "<absent>")
+                if rv != cv:
+                    out.append(f"{key}.{k}: {rv!r} -> {cv!r}")
+        elif r != c:
+            out.append(f"{key}: {r!r} -> {c!r}")
+    return out
+
+
+# ----------------------------------------------------------------------------- hashes
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_files(name: str, artifact: str, rec: dict | None = None) -> Path:
+    """artifacts/<name>/<artifact>/ after checking every recorded file's sha256; PublishedArtifactError (one
+    line: the file, both hashes, the fix) on a missing or changed file."""
+    rec = rec if rec is not None else record(name)
+    if rec is None or artifact not in rec:
+        raise PublishedArtifactError(f"no published {artifact} for profile {name} (artifacts/{name}/{MANIFEST})")
+    root = artifacts_root() / name
+    fix = (
+        f"restore it with `git checkout -- {root}`, republish ({republish_command(name)}), or retrain instead "
+        f"({FROM_SCRATCH_ENV}=1, make reproduce FROM_SCRATCH=1)"
+    )
+    for rel, want in sorted(rec[artifact]["files"].items()):
+        path = root / rel
+        if not path.is_file():
+            raise PublishedArtifactError(f"published file {path} is missing; {fix}")
+        got = sha256_file(path)
+        if got != want:
+            raise PublishedArtifactError(
+                f"published file {path} has sha256 {got[:16]}..., not the recorded {want[:16]}... (corrupted or "
+                f"replaced); {fix}"
+            )
+    return root / rec[artifact]["dir"]
+
+
+# ----------------------------------------------------------------------------- use
+
+
+def _applies(profile: Profile, artifact: str, rec: dict, current: dict) -> bool:
+    """Whether the recorded settings are the profile's; a shipped profile that differs is an error."""
+    diff = settings_differences(rec[artifact]["settings"], current)
+    if not diff:
+        return True
+    shipped = None
+    try:
+        shipped = load_profile(profile.name)
+    except UserError:
+        pass  # a profile given as a path whose name has no configs/<name>.yaml: a derived one
+    what = "; ".join(diff[:6]) + ("; ..." if len(diff) > 6 else "")
+    if shipped is not None and shipped == profile:
+        raise PublishedArtifactError(
+            f"artifacts/{profile.name}/{MANIFEST}: the published {artifact} was trained with other settings than "
+            f"configs/{profile.name}.yaml ({what}); republish ({republish_command(profile.name)}) or retrain "
+            f"({FROM_SCRATCH_ENV}=1, make reproduce FROM_SCRATCH=1)"
+        )
+    note = f"published: not using artifacts/{profile.name}/{artifact} (settings differ: {what}); training instead"
+    if note not in _noted:  # once per process: stages ask several times
+        _noted.add(note)
+        print(note, file=sys.stderr)
+    return False
+
+
+def backbone_dir(profile: Profile) -> Path | None:
+    """The published backbone's directory (its model/ verified against the record), or None when none applies
+    (see the module docstring). Only scratch profiles have one."""
+    if profile.model.source != "scratch" or from_scratch():
+        return None
+    rec = record(profile.name)
+    if rec is None or "backbone" not in rec or not _applies(profile, "backbone", rec, backbone_settings(profile)):
+        return None
+    return verify_files(profile.name, "backbone", rec)
+
+
+def head_dir(profile: Profile, backbone_fingerprint: str) -> Path | None:
+    """The published head's directory (verified), or None when none applies: also when the backbone is not the
+    one it was trained on (a head only predicts the residuals of its own backbone), or mrp.pretrained is set."""
+    if profile.mrp.pretrained or from_scratch():
+        return None
+    rec = record(profile.name)
+    if rec is None or "head" not in rec or rec["head"]["backbone_fingerprint"] != backbone_fingerprint:
+        return None
+    if not _applies(profile, "head", rec, head_settings(profile)):
+        return None
+    return verify_files(profile.name, "head", rec)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny")
+    args = ap.parse_args(argv)
+    profile = load_profile(args.profile)
+    rec = record(profile.name)
+    if rec is None:
+        print(f"nothing published for profile {profile.name} (artifacts/{profile.name}/{MANIFEST})")
+        return 1
+    current = {"backbone": backbone_settings(profile), "head": head_settings(profile)}
+    for artifact in ARTIFACTS:
+        if artifact not in rec:
+            continue
+        a = rec[artifact]
+        verify_files(profile.name, artifact, rec)
+        diff = settings_differences(a["settings"], current[artifact])
+        t = a["trained"]
+        print(f"{artifact}: {len(a['files'])} files, sha256 verified; settings "
+              f"{'= the profile' if not diff else 'differ: ' + '; '.join(diff)}")  # fmt: skip
+        print(f"  trained at commit {t.get('git_commit')} (dirty: {t.get('git_dirty')}), torch {t.get('torch')}, "
+              f"{t.get('threads')} threads, {t.get('machine')}, {t.get('wall_s')} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)
