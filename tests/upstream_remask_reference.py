@@ -5,7 +5,7 @@ their order and dtype. tests/test_upstream_remask.py checks mrp_repro.decoding.u
 
     from tests.upstream_remask_reference import reference_remask, reference_forward
     tokens, counts = reference_remask(model, head, prompt, tau=0.5, delta=1.0, block=8, mask_id=1,
-                                      eos_ids=[2], max_new_tokens=16, pick=pick)
+                                      eos_ids=[2], max_new_tokens=16)
 
 What the released loop does, per block (block length L, at most L denoising steps, their DENOISING_STEPS =
 BLOCK_LENGTH): a backbone forward of the block as it stands (nothing written to the cache); the pick (token
@@ -85,12 +85,26 @@ def block_causal(T: int, L: int) -> torch.Tensor | None:
     return None if bool(m.all()) else m
 
 
+def reference_pick(logits: torch.Tensor):
+    """Their pick at temperature 1, top-k 1, one position at a time: the softmax over the full vocabulary in the
+    logits' dtype ([MASK] included); the token with the top logit (the lowest index among exact ties, the draw
+    upstream_pick makes); its probability. logits (L, V) -> token (L,), confidence (L,) in logits.dtype."""
+    toks, confs = [], []
+    for row in logits:
+        p = F.softmax(row, dim=-1)
+        top = float(row.max())
+        t = next(i for i, v in enumerate(row.tolist()) if v == top)
+        toks.append(t)
+        confs.append(p[t])
+    return torch.tensor(toks), torch.stack(confs)
+
+
 # -- residual remasking, one row ---------------------------------------------------------------------------
 @torch.no_grad()
 def reference_remask(model, head, prompt: list[int], tau: float, delta: float, block: int, mask_id: int,
-                     eos_ids, max_new_tokens: int, pick) -> tuple[list[int], dict]:  # fmt: skip
-    """One row through their residual remasking. pick(logits (L, V)) -> (token (L,), confidence (L,)): the pick
-    rule under test. -> (generated tokens cut at the first EOS and max_new_tokens, counts)."""
+                     eos_ids, max_new_tokens: int, pick=reference_pick) -> tuple[list[int], dict]:  # fmt: skip
+    """One row through their residual remasking. pick(logits (L, V)) -> (token (L,), confidence (L,)).
+    -> (generated tokens cut at the first EOS and max_new_tokens, counts)."""
     L, P = block, len(prompt)
     n_blocks = -(-(P + max_new_tokens) // L)
     x = torch.full((n_blocks * L,), mask_id, dtype=torch.long)
@@ -115,9 +129,10 @@ def reference_remask(model, head, prompt: list[int], tau: float, delta: float, b
             high = conf > tau
             if bool(high.any()):
                 transfer = high
-            else:
+            else:  # their torch.topk(confidence, 1); ties: the lowest slot (upstream_pick's stated rule)
                 transfer = torch.zeros_like(masked)
-                transfer[int(torch.topk(conf, 1).indices)] = True
+                best = max(range(L), key=lambda i: (float(conf[i]), -i))
+                transfer[best] = True
             C = model.lm_head(reference_head(head, model, h_A, cur, lo))  # (L, V) the raw residual
             counts["mrp_forwards"] += 1
             mag = C.gather(-1, x0[:, None])[:, 0].abs()

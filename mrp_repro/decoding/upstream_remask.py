@@ -1,0 +1,91 @@
+"""The released code's residual remasking (issue 20: the `upstream` family), beside ours (`mrp_modes.Remask`).
+
+    from mrp_repro.decoding import generate
+    from mrp_repro.decoding.upstream_remask import UpstreamRemask
+    generate(model, prompts, UpstreamRemask(0.5, delta=1.0, head=head), block_size, mask_id, eos_ids, max_new)
+
+What it reproduces (heavyball-research/multi-token-residual-prediction, `modeling_sdar_mrp.py`
+`_generate_residual_remask` and `spec_decoding_utils.residual_remask_transfer`; the evaluation sets
+DENOISING_STEPS = BLOCK_LENGTH, temperature 1, top-k 1), per step of a block, at most L steps per block:
+  1. one backbone forward of the block as it stands; the pick of every position (`upstream_pick`: the full
+     softmax in the logits' dtype, [MASK] a candidate); the proposals: the masked positions whose
+     confidence > tau, else the single most confident masked one;
+  2. ONE head forward on the same pre-reveal block, seeded by the backbone's post-norm hidden states, with
+     no KV of earlier blocks (their head layers' cache is never written on this path: the head sees its
+     own block only); C = lm_head(h_C), the raw residual, in the model dtype;
+  3. a proposal at p is vetoed when |C[p, x0[p]]| > delta; a row whose proposals are all vetoed keeps the one
+     with the smallest |C| (the first among equal ones);
+  4. the survivors are committed. A [MASK] pick "committed" leaves its slot masked; a block still holding
+     [MASK] after L steps is committed as it is (their loop moves on; the engine's `leaves_masks`).
+The whole generation runs with the upstream numerics (`model.use_numerics`, set by the engine from
+`numerics`): RMSNorm as F.rms_norm, unmasked attention where the mask is all True.
+
+How ours differs (`Remask(tau, "delta")`): the head sees the block AFTER the fresh reveals and the earlier
+blocks through its own KV cache, as in training; fp32 confidence with [MASK] excluded; our numerics; default
+delta 2.0 (tuned on SDAR-1.7B in their later runs) where theirs is 1.0, swept over {0.5, 1, 2, 4}.
+
+Accounting, per row as the engine counts (their `profile_tpf` counters of a batch of one): `denoise_forwards`
+= their target forwards of the denoising loop, `mrp_forwards` = their MRP forwards (one per step of a row
+with proposals), `tokens` = their committed tokens (net of vetoes), `revoked` = their vetoed proposals. A
+veto is recorded as a reveal followed by its revoke in the same step (the trace and counters of ours), which
+no forward sees in between: the ids each forward reads are theirs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mrp_repro.decoding.engine import BlockState, Policy
+from mrp_repro.decoding.upstream_pick import upstream_confidence, upstream_static_select
+
+__all__ = ["UpstreamRemask", "DEFAULT_DELTA", "residual_veto"]
+
+#: their `residual_delta` default
+DEFAULT_DELTA = 1.0
+
+
+def residual_veto(propose: torch.Tensor, tok: torch.Tensor, C: torch.Tensor, delta: float) -> torch.Tensor:
+    """Their `residual_remask_transfer`: propose (B, L) bool, tok (B, L) the picks, C (B, L, V) the raw residual
+    -> (B, L) bool, the proposals that survive |C[p, tok[p]]| <= delta; a row that proposed something and lost
+    all of it keeps its smallest-|C| proposal (argmin: the first among equal magnitudes)."""
+    mag = C.gather(-1, tok[..., None]).squeeze(-1).abs()  # (B, L) in C's dtype, as theirs
+    survive = propose & (mag <= float(delta))
+    lost = propose.any(1) & ~survive.any(1)  # (B,)
+    big = torch.where(propose, mag, torch.full_like(mag, float("inf")))
+    smallest = torch.zeros_like(propose).scatter_(1, big.argmin(1, keepdim=True), True)  # (B, L)
+    return torch.where(lost[:, None], smallest & propose, survive)
+
+
+class UpstreamRemask(Policy):
+    """Their residual remasking: dynamic(tau) proposals vetoed by |C| > delta (module docstring)."""
+
+    numerics = "upstream"
+    leaves_masks = True  # a [MASK] pick can leave a slot masked after the block's L steps, as in their loop
+    rule = "delta"  # the runs' `rule` column: their veto is the delta rule
+
+    def __init__(self, threshold: float, delta: float = DEFAULT_DELTA, head=None):
+        if head is None:
+            raise ValueError("UpstreamRemask needs an MRP head")
+        if head.objective != "residual":
+            raise ValueError("UpstreamRemask vetoes with the raw residual C: it needs a residual head")
+        self.tau, self.delta, self.head = threshold, float(delta), head
+        self.name = f"upstream_remask({threshold},{self.delta:g})"
+
+    def denoise(self, st: BlockState) -> None:
+        for _ in range(st.ids.shape[1]):  # their denoising_steps = block length
+            masked = st.masked  # (B, L)
+            work = masked.any(1)  # (B,)
+            if not bool(work.any()):
+                return
+            out = st.backbone()
+            tok, conf = upstream_confidence(out.logits)  # (B, L), (B, L) in the logits' dtype
+            high = (conf > self.tau) & masked
+            top = upstream_static_select(conf, masked, 1)  # their topk(confidence, 1) fallback
+            propose = torch.where(high.any(1, keepdim=True), high, top)  # (B, L)
+            # the head on the pre-reveal block (st.ids), no cache: it sees its own block only
+            h_C = self.head(out.hidden, st.ids, st.positions, st.model.embed_tokens, None, st.key_valid)
+            st._count("mrp_forwards", work)
+            keep = residual_veto(propose, tok, st.model.lm_head(h_C), self.delta)
+            st.reveal(propose, tok)
+            st.revoke(propose & ~keep)
+            st.step += 1
