@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mrp_repro.kernels import confidence
-from mrp_repro.model import ModelOutput, SDARModel, use_numerics
+from mrp_repro.model import ModelOutput, SDARModel
 
 
 @dataclass
@@ -206,11 +206,10 @@ def top_masked(conf: torch.Tensor, masked: torch.Tensor, n: int | torch.Tensor =
 
 
 class Policy:
-    """A denoising policy. `denoise` must leave no masked slot in active rows (unless `leaves_masks`)."""
+    """A denoising policy. `denoise` must leave no masked slot in active rows."""
 
     name = "policy"
-    numerics = "ours"  # model.NUMERICS: generate runs the model (and the policy's `head`) with these
-    leaves_masks = False  # True: a block may keep [MASK] slots (the released code's loop, which caps the steps)
+    algorithm = "ours"  # the decoding family (runs column `algorithm`); decoding.upstream's policies are "upstream"
 
     def begin(self, model: SDARModel, batch: int, capacity: int, device, static_cache: bool = False) -> object:
         return None
@@ -321,13 +320,6 @@ def generate(
     static_cache: the backbone's and head's caches are model.KVCache(static=True), one shape per call kind."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate needs at least one non-empty prompt")
-    with use_numerics(policy.numerics, model, getattr(policy, "head", None)):
-        return _generate(model, prompts, policy, block_size, mask_id, eos_ids, max_new_tokens, pad_id, fuse_commit,
-                         trace, static_cache)  # fmt: skip
-
-
-def _generate(model, prompts, policy, block_size, mask_id, eos_ids, max_new_tokens, pad_id, fuse_commit, trace,
-              static_cache) -> GenerationResult:  # fmt: skip
     device = model.lm_head.weight.device
     L, B = block_size, len(prompts)
     pad_id = mask_id if pad_id is None else pad_id
@@ -381,7 +373,7 @@ def _generate(model, prompts, policy, block_size, mask_id, eos_ids, max_new_toke
         policy.denoise(st)
         if st.pending is not None:  # the policy never forwarded (nothing to denoise): write it on its own
             st.pending.write()
-        if not policy.leaves_masks and st.masked.any():
+        if st.masked.any():
             raise RuntimeError(f"policy {policy.name} left masked slots in block {b}")
         seq[:, lo:hi] = st.ids
         pending = commit(lo, hi, active)
