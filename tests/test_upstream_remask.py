@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from mrp_repro.backbone import Backbone
 from mrp_repro.decoding import Dynamic, generate
 from mrp_repro.decoding.upstream_remask import UpstreamRemask, residual_veto
 from mrp_repro.model import ModelConfig, RMSNorm, SDARModel, use_numerics
@@ -43,25 +44,38 @@ def prompts(n: int, length: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(3, CFG.vocab_size) for _ in range(length)] for _ in range(n)]
 
 
+def backbone(m) -> Backbone:
+    """The decoding entry point the grid uses (Backbone.generate: the upstream family with its numerics)."""
+    return Backbone(m, None, MASK, [EOS], PAD, L, None, None)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_upstream_remask_equals_reference(dtype, batch):
     m, h = models(1, dtype)
+    bb = backbone(m)
     seen = dict(revoked=0, masks_left=0)
     for length, seed in ((5, 0), (13, 1)):
         ps = prompts(batch, length, seed)
         for delta in (0.5, 1.0, 2.0):
             for tau in (0.1, 0.5):
-                res = generate(m, ps, UpstreamRemask(tau, delta, head=h), L, MASK, [EOS], 16, pad_id=PAD)
-                for r, p in enumerate(ps):
-                    tokens, counts = reference_remask(m, h, p, tau, delta, L, MASK, [EOS], 16)
-                    assert res.tokens[r] == tokens, (length, delta, tau, r)
-                    assert {c: getattr(res.stats[r], c) for c in COUNTERS} == counts, (length, delta, tau, r)
+                where = (length, delta, tau)
+                res = bb.generate(ps, UpstreamRemask(tau, delta, head=h), 16)
+                refs = [reference_remask(m, h, p, tau, delta, L, MASK, [EOS], 16) for p in ps]
+                for r, (tokens, counts) in enumerate(refs):
+                    assert res.tokens[r] == tokens, (*where, r)
+                    assert {c: getattr(res.stats[r], c) for c in COUNTERS} == {c: counts[c] for c in COUNTERS}, (
+                        *where, r)  # fmt: skip
                     seen["revoked"] += counts["revoked"]
-                    seen["masks_left"] += tokens.count(MASK)
+                    seen["masks_left"] += counts["masks_left"]
+                # their per-batch counters: one forward per step while any row works
+                n_blocks = max(len(c["steps"]) for _, c in refs)
+                per_block = [max(c["steps"][b] if b < len(c["steps"]) else 0 for _, c in refs) for b in range(n_blocks)]
+                assert res.batch.denoise_forwards == sum(per_block) == res.batch.mrp_forwards, where
+                assert res.batch.tokens == sum(c["tokens"] for _, c in refs), where
+                assert res.batch.store_kv_forwards == n_blocks and res.batch.prefill_forwards == int(length >= L)
     assert seen["revoked"] > 0  # vetoes happened
-    if (dtype, batch) != (torch.bfloat16, 1):  # a [MASK] pick left its slot masked (their loop moves on)
-        assert seen["masks_left"] > 0
+    assert seen["masks_left"] > 0  # a [MASK] pick left a slot masked (their loop moves on; dropped from the text)
 
 
 def test_residual_veto_rule():
@@ -78,7 +92,8 @@ def test_residual_veto_rule():
 
 
 def test_head_sees_its_own_block_and_numerics_are_restored():
-    """The head is called on the pre-reveal block with no cache; after generate the model runs ours again."""
+    """The head is called on the pre-reveal block with no cache, under the upstream numerics; after the
+    generation the model runs ours again."""
     m, h = models(2, torch.float32)
     calls = []
     forward = h.forward
@@ -88,8 +103,7 @@ def test_head_sees_its_own_block_and_numerics_are_restored():
         return forward(h_in, ids, positions, embed, cache, key_valid)
 
     h.forward = spy
-    ps = prompts(2, 5, 3)
-    generate(m, ps, UpstreamRemask(0.1, 1.0, head=h), L, MASK, [EOS], 16, pad_id=PAD)
+    backbone(m).generate(prompts(2, 5, 3), UpstreamRemask(0.1, 1.0, head=h), 16)
     assert calls and all(c is None for c, _, _ in calls)
     assert calls[0][1] == 2 * (L - 5)  # the first step's block: every generated slot still masked
     assert all(n == "upstream" for _, _, n in calls)
@@ -104,7 +118,7 @@ def test_ours_numerics_unchanged_by_the_switch():
     m, h = models(3, torch.bfloat16)
     ps = prompts(3, 6, 4)
     before = generate(m, ps, Dynamic(0.3), L, MASK, [EOS], 16, pad_id=PAD)
-    generate(m, ps, UpstreamRemask(0.3, 1.0, head=h), L, MASK, [EOS], 16, pad_id=PAD)
+    backbone(m).generate(ps, UpstreamRemask(0.3, 1.0, head=h), 16)
     after = generate(m, ps, Dynamic(0.3), L, MASK, [EOS], 16, pad_id=PAD)
     assert before.tokens == after.tokens and before.stats == after.stats
 

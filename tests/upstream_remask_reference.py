@@ -16,8 +16,11 @@ sees its own block only); C = lm_head(h_C) (the raw residual, in the model dtype
 when |C[p, x0[p]]| > delta; if every proposal of the row is vetoed, the one with the smallest |C| is kept
 (first index among equal ones: argmin); the survivors are committed (x0 may be [MASK] itself: the slot stays
 masked). Then one forward writes the finished block into the cache; a row stops after the block in which it
-wrote an EOS at a generated position. Their counters (profile_tpf): target forwards of the denoising loop,
-MRP forwards, committed tokens, vetoed proposals; prefill and store-KV forwards apart.
+wrote an EOS at a generated position; their decode drops [MASK] ids from the text. Their counters
+(profile_tpf): target forwards of the denoising loop, MRP forwards, committed tokens (here real tokens only, as
+the upstream family counts them: a [MASK] "commit" writes nothing), vetoed proposals; prefill and store-KV
+forwards apart. `steps` (per block) lets a test rebuild their per-batch counts of equal-length rows;
+`masks_left` counts the slots still [MASK] when their blocks were committed.
 """
 
 from __future__ import annotations
@@ -104,12 +107,13 @@ def reference_pick(logits: torch.Tensor):
 def reference_remask(model, head, prompt: list[int], tau: float, delta: float, block: int, mask_id: int,
                      eos_ids, max_new_tokens: int, pick=reference_pick) -> tuple[list[int], dict]:  # fmt: skip
     """One row through their residual remasking. pick(logits (L, V)) -> (token (L,), confidence (L,)).
-    -> (generated tokens cut at the first EOS and max_new_tokens, counts)."""
+    -> (generated tokens to the end of the last block, [MASK] dropped, cut at the first EOS; counts)."""
     L, P = block, len(prompt)
     n_blocks = -(-(P + max_new_tokens) // L)
     x = torch.full((n_blocks * L,), mask_id, dtype=torch.long)
     x[:P] = torch.tensor(prompt)
-    counts = dict(denoise_forwards=0, mrp_forwards=0, tokens=0, revoked=0, commit_forwards=0)
+    counts = dict(denoise_forwards=0, mrp_forwards=0, tokens=0, revoked=0, commit_forwards=0, steps=[],
+                  masks_left=0)  # fmt: skip
     past = None
     first = P // L  # their prefill: the prompt's whole blocks, block-causal, written to the cache
     if first > 0:
@@ -118,12 +122,14 @@ def reference_remask(model, head, prompt: list[int], tau: float, delta: float, b
     for b in range(first, n_blocks):
         lo = b * L
         cur = x[lo : lo + L].clone()
+        counts["steps"].append(0)
         for _step in range(L):
             masked = cur == mask_id
             if not bool(masked.any()):
                 break
             logits, h_A, _ = reference_forward(model, cur, lo, past)
             counts["denoise_forwards"] += 1
+            counts["steps"][-1] += 1
             x0, p = pick(logits)
             conf = torch.where(masked, p, torch.full_like(p, float("-inf")))
             high = conf > tau
@@ -140,7 +146,7 @@ def reference_remask(model, head, prompt: list[int], tau: float, delta: float, b
             if not bool(survive.any()):
                 big = torch.where(transfer, mag, torch.full_like(mag, float("inf")))
                 survive[int(big.argmin())] = True
-            counts["tokens"] += int(survive.sum())
+            counts["tokens"] += int((survive & (x0 != mask_id)).sum())
             counts["revoked"] += int(transfer.sum() - survive.sum())
             cur = torch.where(survive, x0, cur)
         _, _, new = reference_forward(model, cur, lo, past)  # the store-KV forward
@@ -148,8 +154,9 @@ def reference_remask(model, head, prompt: list[int], tau: float, delta: float, b
         past = new if past is None else [(torch.cat([pk, k], 2), torch.cat([pv, v], 2))
                                          for (pk, pv), (k, v) in zip(past, new, strict=True)]  # fmt: skip
         x[lo : lo + L] = cur
+        counts["masks_left"] += int((cur == mask_id).sum())  # [MASK] picks that never became a token
         if any(int(t) in set(eos_ids) for t in x[P : lo + L].tolist()):
             break
-    gen = x[P : P + max_new_tokens].tolist()
+    gen = [t for t in x[P:].tolist() if t != mask_id]  # their total: whole blocks, up to L - 1 past max_new
     cut = next((i for i, t in enumerate(gen) if t in set(eos_ids)), len(gen))
     return gen[:cut], counts

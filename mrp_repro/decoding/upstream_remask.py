@@ -1,8 +1,9 @@
 """The released code's residual remasking (issue 20: the `upstream` family), beside ours (`mrp_modes.Remask`).
 
-    from mrp_repro.decoding import generate
+    from mrp_repro.decoding.upstream import generate_upstream
     from mrp_repro.decoding.upstream_remask import UpstreamRemask
-    generate(model, prompts, UpstreamRemask(0.5, delta=1.0, head=head), block_size, mask_id, eos_ids, max_new)
+    res = generate_upstream(model, prompts, UpstreamRemask(0.5, delta=1.0, head=head), block_size, mask_id,
+                            eos_ids, max_new_tokens)          # Backbone.generate: with the upstream numerics
 
 What it reproduces (heavyball-research/multi-token-residual-prediction, `modeling_sdar_mrp.py`
 `_generate_residual_remask` and `spec_decoding_utils.residual_remask_transfer`; the evaluation sets
@@ -16,26 +17,27 @@ DENOISING_STEPS = BLOCK_LENGTH, temperature 1, top-k 1), per step of a block, at
   3. a proposal at p is vetoed when |C[p, x0[p]]| > delta; a row whose proposals are all vetoed keeps the one
      with the smallest |C| (the first among equal ones);
   4. the survivors are committed. A [MASK] pick "committed" leaves its slot masked; a block still holding
-     [MASK] after L steps is committed as it is (their loop moves on; the engine's `leaves_masks`).
-The whole generation runs with the upstream numerics (`model.use_numerics`, set by the engine from
-`numerics`): RMSNorm as F.rms_norm, unmasked attention where the mask is all True.
+     [MASK] after L steps is committed as it is (their loop moves on; the output drops [MASK] ids).
+Layout, prefill, store-KV commits, stopping and output are `generate_upstream`'s (the family's loop).
+`Backbone.generate` runs the family with the upstream numerics (`model.use_numerics`): RMSNorm as
+F.rms_norm, unmasked attention where the mask is all True (bf16 logits in their order).
 
 How ours differs (`Remask(tau, "delta")`): the head sees the block AFTER the fresh reveals and the earlier
 blocks through its own KV cache, as in training; fp32 confidence with [MASK] excluded; our numerics; default
 delta 2.0 (tuned on SDAR-1.7B in their later runs) where theirs is 1.0, swept over {0.5, 1, 2, 4}.
 
-Accounting, per row as the engine counts (their `profile_tpf` counters of a batch of one): `denoise_forwards`
-= their target forwards of the denoising loop, `mrp_forwards` = their MRP forwards (one per step of a row
-with proposals), `tokens` = their committed tokens (net of vetoes), `revoked` = their vetoed proposals. A
-veto is recorded as a reveal followed by its revoke in the same step (the trace and counters of ours), which
-no forward sees in between: the ids each forward reads are theirs.
+Accounting: their per-batch counters in `UpstreamCounters` (`denoise_forwards` = num_target_fwd_denoising,
+`mrp_forwards` = num_mrp_fwd_denoising: one per step, `tokens`); their `num_residual_vetoed` is the sum over
+rows of `RowStats.revoked` (a vetoed proposal, never written). Per row (`RowStats`, as the family counts):
+`denoise_forwards` and `mrp_forwards` while the row has a masked slot, `tokens` its real reveals, `revoked` its
+vetoes. Theirs counts a [MASK] "commit" in num_committed; the family counts real tokens only.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mrp_repro.decoding.engine import BlockState, Policy
+from mrp_repro.decoding.upstream import UpstreamPolicy
 from mrp_repro.decoding.upstream_pick import upstream_confidence, upstream_static_select
 
 __all__ = ["UpstreamRemask", "DEFAULT_DELTA", "residual_veto"]
@@ -56,12 +58,11 @@ def residual_veto(propose: torch.Tensor, tok: torch.Tensor, C: torch.Tensor, del
     return torch.where(lost[:, None], smallest & propose, survive)
 
 
-class UpstreamRemask(Policy):
-    """Their residual remasking: dynamic(tau) proposals vetoed by |C| > delta (module docstring)."""
+class UpstreamRemask(UpstreamPolicy):
+    """Their residual remasking: dynamic(tau) proposals vetoed by |C| > delta (module docstring). Runs in
+    `decoding.upstream.generate_upstream` (their layout, prefill, store-KV commits and stopping)."""
 
-    numerics = "upstream"
-    leaves_masks = True  # a [MASK] pick can leave a slot masked after the block's L steps, as in their loop
-    rule = "delta"  # the runs' `rule` column: their veto is the delta rule
+    rule = "delta"  # the runs' `rule` column: their veto is a delta rule
 
     def __init__(self, threshold: float, delta: float = DEFAULT_DELTA, head=None):
         if head is None:
@@ -71,21 +72,23 @@ class UpstreamRemask(Policy):
         self.tau, self.delta, self.head = threshold, float(delta), head
         self.name = f"upstream_remask({threshold},{self.delta:g})"
 
-    def denoise(self, st: BlockState) -> None:
-        for _ in range(st.ids.shape[1]):  # their denoising_steps = block length
-            masked = st.masked  # (B, L)
-            work = masked.any(1)  # (B,)
-            if not bool(work.any()):
-                return
-            out = st.backbone()
+    def denoise_block(self, run, cur: torch.Tensor) -> torch.Tensor:
+        for _ in range(cur.shape[1]):  # their denoising_steps = block length
+            masked = run.masked(cur)  # (B, L)
+            if not bool(masked.any()):
+                break
+            out = run.model.forward_block(cur, run.positions, run.cache)
+            run.batch.denoise_forwards += 1
+            run.count("denoise_forwards", masked.any(1))
             tok, conf = upstream_confidence(out.logits)  # (B, L), (B, L) in the logits' dtype
             high = (conf > self.tau) & masked
             top = upstream_static_select(conf, masked, 1)  # their topk(confidence, 1) fallback
-            propose = torch.where(high.any(1, keepdim=True), high, top)  # (B, L)
-            # the head on the pre-reveal block (st.ids), no cache: it sees its own block only
-            h_C = self.head(out.hidden, st.ids, st.positions, st.model.embed_tokens, None, st.key_valid)
-            st._count("mrp_forwards", work)
-            keep = residual_veto(propose, tok, st.model.lm_head(h_C), self.delta)
-            st.reveal(propose, tok)
-            st.revoke(propose & ~keep)
-            st.step += 1
+            propose = torch.where(high.any(1, keepdim=True), high, top)  # (B, L); empty on rows with no mask
+            # one head call on the pre-reveal block (cur), no cache: it sees its own block only
+            h_C = self.head(out.hidden, cur, run.positions, run.model.embed_tokens)  # (B, L, H)
+            run.batch.mrp_forwards += 1
+            run.count("mrp_forwards", propose.any(1))
+            keep = residual_veto(propose, tok, run.model.lm_head(h_C), self.delta)  # (B, L)
+            run.count("revoked", (propose & ~keep).sum(1))
+            cur = run.reveal(cur, keep, tok)
+        return cur
