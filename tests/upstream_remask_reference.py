@@ -104,9 +104,10 @@ def reference_pick(logits: torch.Tensor):
 
 # -- residual remasking, one row ---------------------------------------------------------------------------
 @torch.no_grad()
-def reference_remask(model, head, prompt: list[int], tau: float, delta: float, block: int, mask_id: int,
+def reference_remask(model, head, prompt: list[int], tau: float, delta: float | None, block: int, mask_id: int,
                      eos_ids, max_new_tokens: int, pick=reference_pick) -> tuple[list[int], dict]:  # fmt: skip
-    """One row through their residual remasking. pick(logits (L, V)) -> (token (L,), confidence (L,)).
+    """One row through their residual remasking (delta None: their low_confidence_dynamic, the baseline).
+    pick(logits (L, V)) -> (token (L,), confidence (L,)).
     -> (generated tokens to the end of the last block, [MASK] dropped, cut at the first EOS; counts)."""
     L, P = block, len(prompt)
     n_blocks = -(-(P + max_new_tokens) // L)
@@ -139,13 +140,15 @@ def reference_remask(model, head, prompt: list[int], tau: float, delta: float, b
                 transfer = torch.zeros_like(masked)
                 best = max(range(L), key=lambda i: (float(conf[i]), -i))
                 transfer[best] = True
-            C = model.lm_head(reference_head(head, model, h_A, cur, lo))  # (L, V) the raw residual
-            counts["mrp_forwards"] += 1
-            mag = C.gather(-1, x0[:, None])[:, 0].abs()
-            survive = transfer & (mag <= float(delta))
-            if not bool(survive.any()):
-                big = torch.where(transfer, mag, torch.full_like(mag, float("inf")))
-                survive[int(big.argmin())] = True
+            survive = transfer
+            if delta is not None:  # the veto; None: their low_confidence_dynamic, no head
+                C = model.lm_head(reference_head(head, model, h_A, cur, lo))  # (L, V) the raw residual
+                counts["mrp_forwards"] += 1
+                mag = C.gather(-1, x0[:, None])[:, 0].abs()
+                survive = transfer & (mag <= float(delta))
+                if not bool(survive.any()):
+                    big = torch.where(transfer, mag, torch.full_like(mag, float("inf")))
+                    survive[int(big.argmin())] = True
             counts["tokens"] += int((survive & (x0 != mask_id)).sum())
             counts["revoked"] += int(transfer.sum() - survive.sum())
             cur = torch.where(survive, x0, cur)

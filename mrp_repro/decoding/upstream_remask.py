@@ -22,6 +22,8 @@ Layout, prefill, store-KV commits, stopping and output are `generate_upstream`'s
 `Backbone.generate` runs the family with the upstream numerics (`model.use_numerics`): RMSNorm as
 F.rms_norm, unmasked attention where the mask is all True (bf16 logits in their order).
 
+`UpstreamDynamic(tau)` is steps 1 and 4 alone: their `low_confidence_dynamic`, the remasking table's baseline.
+
 How ours differs (`Remask(tau, "delta")`): the head sees the block AFTER the fresh reveals and the earlier
 blocks through its own KV cache, as in training; fp32 confidence with [MASK] excluded; our numerics; default
 delta 2.0 (tuned on SDAR-1.7B in their later runs) where theirs is 1.0, swept over {0.5, 1, 2, 4}.
@@ -40,7 +42,7 @@ import torch
 from mrp_repro.decoding.upstream import UpstreamPolicy
 from mrp_repro.decoding.upstream_pick import upstream_confidence, upstream_static_select
 
-__all__ = ["UpstreamRemask", "DEFAULT_DELTA", "residual_veto"]
+__all__ = ["UpstreamDynamic", "UpstreamRemask", "DEFAULT_DELTA", "residual_veto"]
 
 #: their `residual_delta` default
 DEFAULT_DELTA = 1.0
@@ -58,8 +60,40 @@ def residual_veto(propose: torch.Tensor, tok: torch.Tensor, C: torch.Tensor, del
     return torch.where(lost[:, None], smallest & propose, survive)
 
 
-class UpstreamRemask(UpstreamPolicy):
-    """Their residual remasking: dynamic(tau) proposals vetoed by |C| > delta (module docstring). Runs in
+class UpstreamDynamic(UpstreamPolicy):
+    """Their `low_confidence_dynamic` (denoising_steps = L, one transfer per step): every masked slot whose
+    confidence > tau, else the most confident one; at most L steps per block. The remasking table's baseline
+    of the upstream family: UpstreamRemask is this with the head's veto."""
+
+    def __init__(self, threshold: float):
+        self.tau = threshold
+        self.name = f"upstream_dynamic({threshold})"
+
+    def propose(self, run, cur: torch.Tensor):
+        """One backbone forward of the block -> (its output, picks (B, L), proposals (B, L) bool)."""
+        masked = run.masked(cur)  # (B, L)
+        out = run.model.forward_block(cur, run.positions, run.cache)
+        run.batch.denoise_forwards += 1
+        run.count("denoise_forwards", masked.any(1))
+        tok, conf = upstream_confidence(out.logits)  # (B, L), (B, L) in the logits' dtype
+        high = (conf > self.tau) & masked
+        top = upstream_static_select(conf, masked, 1)  # their topk(confidence, 1) fallback
+        return out, tok, torch.where(high.any(1, keepdim=True), high, top)  # empty on rows with no mask
+
+    def judge(self, run, out, cur, tok, propose) -> torch.Tensor:
+        return propose
+
+    def denoise_block(self, run, cur: torch.Tensor) -> torch.Tensor:
+        for _ in range(cur.shape[1]):  # their denoising_steps = block length
+            if not bool(run.masked(cur).any()):
+                break
+            out, tok, propose = self.propose(run, cur)
+            cur = run.reveal(cur, self.judge(run, out, cur, tok, propose), tok)
+        return cur
+
+
+class UpstreamRemask(UpstreamDynamic):
+    """Their residual remasking: UpstreamDynamic's proposals vetoed by |C| > delta (module docstring). Runs in
     `decoding.upstream.generate_upstream` (their layout, prefill, store-KV commits and stopping)."""
 
     rule = "delta"  # the runs' `rule` column: their veto is a delta rule
@@ -69,26 +103,15 @@ class UpstreamRemask(UpstreamPolicy):
             raise ValueError("UpstreamRemask needs an MRP head")
         if head.objective != "residual":
             raise ValueError("UpstreamRemask vetoes with the raw residual C: it needs a residual head")
-        self.tau, self.delta, self.head = threshold, float(delta), head
+        super().__init__(threshold)
+        self.delta, self.head = float(delta), head
         self.name = f"upstream_remask({threshold},{self.delta:g})"
 
-    def denoise_block(self, run, cur: torch.Tensor) -> torch.Tensor:
-        for _ in range(cur.shape[1]):  # their denoising_steps = block length
-            masked = run.masked(cur)  # (B, L)
-            if not bool(masked.any()):
-                break
-            out = run.model.forward_block(cur, run.positions, run.cache)
-            run.batch.denoise_forwards += 1
-            run.count("denoise_forwards", masked.any(1))
-            tok, conf = upstream_confidence(out.logits)  # (B, L), (B, L) in the logits' dtype
-            high = (conf > self.tau) & masked
-            top = upstream_static_select(conf, masked, 1)  # their topk(confidence, 1) fallback
-            propose = torch.where(high.any(1, keepdim=True), high, top)  # (B, L); empty on rows with no mask
-            # one head call on the pre-reveal block (cur), no cache: it sees its own block only
-            h_C = self.head(out.hidden, cur, run.positions, run.model.embed_tokens)  # (B, L, H)
-            run.batch.mrp_forwards += 1
-            run.count("mrp_forwards", propose.any(1))
-            keep = residual_veto(propose, tok, run.model.lm_head(h_C), self.delta)  # (B, L)
-            run.count("revoked", (propose & ~keep).sum(1))
-            cur = run.reveal(cur, keep, tok)
-        return cur
+    def judge(self, run, out, cur, tok, propose) -> torch.Tensor:
+        # one head call on the pre-reveal block (cur), no cache: it sees its own block only
+        h_C = self.head(out.hidden, cur, run.positions, run.model.embed_tokens)  # (B, L, H)
+        run.batch.mrp_forwards += 1
+        run.count("mrp_forwards", propose.any(1))
+        keep = residual_veto(propose, tok, run.model.lm_head(h_C), self.delta)  # (B, L)
+        run.count("revoked", (propose & ~keep).sum(1))
+        return keep
