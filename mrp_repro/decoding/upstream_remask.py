@@ -101,7 +101,7 @@ class UpstreamRemask(UpstreamDynamic):
     def __init__(self, threshold: float, delta: float = DEFAULT_DELTA, head=None):
         if head is None:
             raise ValueError("UpstreamRemask needs an MRP head")
-        if head.objective != "residual":
+        if getattr(head, "objective", "residual") != "residual":
             raise ValueError("UpstreamRemask vetoes with the raw residual C: it needs a residual head")
         super().__init__(threshold)
         self.delta, self.head = float(delta), head
