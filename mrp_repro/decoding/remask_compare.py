@@ -1,6 +1,6 @@
 """Upstream vs ours residual remasking on one random whole model (issue 20's comparison), and which cause parts them.
 
-    python -m mrp_repro.decoding.remask_compare               # fp32, CPU: markdown tables (about a minute)
+    python -m mrp_repro.decoding.remask_compare               # fp32, CPU: two tables (about a minute)
     from mrp_repro.decoding.remask_compare import compare     # -> DataFrame, one row per (delta, variant)
 
 The model: SDAR's vocabulary (151,936) at toy width (sdar_mini.MINI_CONFIG), block 8, a 3-layer head,
@@ -140,12 +140,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    from mrp_repro.report.tables import markdown
-
     torch.set_num_threads(1)
-    print(markdown(compare(args.seed)))
+    print(compare(args.seed).to_string(index=False))
     print()
-    print(markdown(numerics_gap(args.seed)))
+    print(numerics_gap(args.seed).to_string(index=False))
 
 
 if __name__ == "__main__":
