@@ -75,6 +75,8 @@ def configs_dir() -> Path:
 
 TaskSource = Literal["gt", "gt-multi", "self"]
 RemaskRule = Literal["tau", "delta", "loo", "sequential", "logp-delta"]
+Algorithm = Literal["ours", "upstream"]
+DraftLogits = Literal["none", "sum"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,18 @@ class DecodingConfig:
     remask_rules: tuple[RemaskRule, ...]
     remask_delta: float
     remask_logp_delta: float
+    # The decoding families a run decodes (runs column `algorithm`), for the modes both have (static,
+    # speculative): `ours` (decoding.engine / mrp_modes: the head sees the earlier blocks as it was trained, the
+    # verify skipped when nothing is left to check, per-row accounting) and `upstream` (decoding.upstream: the
+    # released code's round, layout, length and per-batch counters, which the paper's numbers come from; see
+    # docs/upstream.md). Our static(1) always runs (the reference of our modes); modes only we have (dynamic,
+    # direct, naive, remask) decode with ours. tiny: both, side by side; the SDAR profiles: upstream.
+    algorithms: tuple[Algorithm, ...]
+    # Upstream speculative's draft logits (their mrp_logit_mix_mode): `none` = lm_head(h_C) alone, the head chained
+    # on its own h_C (their published speculative sweep); `sum` = A + s*C accumulated in logit space (their
+    # logits_sum), s = upstream_sum_scale (1.0; their -k2 sweeps: 2.0, a scale that only `sum` reads).
+    upstream_draft_logits: DraftLogits
+    upstream_sum_scale: float
     # Ours (issue 14): write a finished block into the KV cache inside the next block's first forward, one
     # forward less per block in every mode, static included (RowStats.fused_commits; upstream commits apart).
     fuse_commit: bool = False
@@ -433,6 +447,13 @@ def _check_values(p: Profile) -> None:
     need(tc.epochs is None or tc.epochs > 0, "mrp_training.epochs must be > 0 (or null: use steps)")
     need(0.0 < p.evaluation.ci < 1.0, "evaluation.ci must be in (0, 1)")
     need(all(0.0 < t < 1.0 for t in p.decoding.thresholds), "decoding.thresholds must lie in (0, 1)")
+    d = p.decoding
+    need(len(d.algorithms) >= 1 and len(set(d.algorithms)) == len(d.algorithms),
+         f"decoding.algorithms must list ours and/or upstream once each, got {list(d.algorithms)}")  # fmt: skip
+    need(d.upstream_sum_scale > 0, "decoding.upstream_sum_scale must be > 0")
+    need(d.upstream_draft_logits == "sum" or d.upstream_sum_scale == 1.0,
+         f"decoding.upstream_sum_scale ({d.upstream_sum_scale}) scales only upstream_draft_logits: sum; "
+         "set it to 1.0 or choose sum")  # fmt: skip
     need(
         p.decoding.max_new_tokens % p.block_size == 0,
         "decoding.max_new_tokens must be a multiple of block_size",

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.measure.adjacent import ADJACENT_COLUMNS, RANDOM_BASELINE, SUBSET, TRAINED
-from mrp_repro.measure.schema import RUN_COLUMNS
+from mrp_repro.measure.schema import RUN_COLUMNS, UPSTREAM_COUNTERS
 
 SPEC_K = (3, 5)
 LOOKAHEAD_K = (1, 2, 3, 4)
@@ -20,17 +20,19 @@ THRESHOLDS = (0.9, 0.7, 0.5, 0.3)
 
 
 def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"), n: int = 40, good: bool = True,
-                   seed: int = 0, batch_size: int = 32, paper_model: str = "SDAR-8B") -> pd.DataFrame:  # fmt: skip
+                   seed: int = 0, batch_size: int = 32, paper_model: str = "SDAR-8B",
+                   algorithms=("ours",)) -> pd.DataFrame:  # fmt: skip
     """Every mode, shaped like collect_runs' output. One difficulty per problem, shared by all settings (paired).
 
     good=True: speculative lossless and faster, remasking helps at low tau, MRP degrades gracefully with K
-    while naive collapses; good=False: the opposite."""
+    while naive collapses; good=False: the opposite. algorithms with "upstream": also upstream static and
+    speculative rows (algorithm "upstream", their counters set: their TPF is 1.5x the per-row one)."""
     rng = np.random.default_rng(seed)
     u = {b: rng.random(n) for b in benchmarks}
     rows = []
 
     def add(bench, mode, setting, p_correct, nfe_per_tok, wall_per_tok, identical=False, K=math.nan,
-            threshold=math.nan, rule="", drafter="", accept=0):  # fmt: skip
+            threshold=math.nan, rule="", drafter="", accept=0, algorithm="ours"):  # fmt: skip
         for i in range(n):
             tokens = 32
             den = int(round(tokens * nfe_per_tok))
@@ -47,11 +49,19 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
                 "revoked": 1 if mode == "remask" else 0,
                 "accept_lengths": " ".join([str(accept)] * rounds) if mode == "speculative" else "",
                 "wall_s": tokens * wall_per_tok * (1 + 0.05 * rng.random()), "wall_rank": 0,
-                "identical_to_static": identical,
+                "identical_to_static": identical, "algorithm": algorithm,
+                **{c: (den / 1.5 if c == "upstream_denoise_forwards" else 0.0) if algorithm == "upstream"
+                   else math.nan for c in UPSTREAM_COUNTERS},
             })  # fmt: skip
 
     for b in benchmarks:
         add(b, "static", "static(1)", 0.8, 1.0, 0.010, identical=True)
+        if "upstream" in algorithms:
+            add(b, "static", "upstream_static(1)", 0.8, 1.0, 0.010, identical=True, algorithm="upstream")
+            for K in SPEC_K:
+                add(b, "speculative", f"upstream_speculative({K},sum)", 0.8 if good else 0.6, 0.5 if good else 1.2,
+                    0.006 if good else 0.013, identical=good, K=K, drafter="mrp", accept=2 if good else 0,
+                    algorithm="upstream")  # fmt: skip
         for K in SPEC_K:
             add(b, "speculative", f"speculative({K},mrp)", 0.8 if good else 0.6, 0.6 if good else 1.2,
                 0.007 if good else 0.013, identical=good, K=K, drafter="mrp", accept=2 if good else 0)  # fmt: skip

@@ -136,3 +136,25 @@ def test_extends_requires_own_name(tmp_path):
     (tmp_path / "child.yaml").write_text("extends: smoke\nname: child\nseed: 3\n")
     p = load_profile(str(tmp_path / "child.yaml"))
     assert p.name == "child" and p.seed == 3 and p.model == load_profile("smoke").model
+
+
+def test_decoding_algorithms_and_upstream_draft_settings():
+    """tiny decodes both families, the SDAR profiles upstream (their published speculative sweep: draft logits
+    none); bad values are refused naming the setting."""
+    assert load_profile("tiny").decoding.algorithms == ("ours", "upstream")
+    for name in ("sdar-1.7b", "sdar-4b", "sdar-8b", "sdar-mini"):
+        d = load_profile(name).decoding
+        assert d.algorithms == ("upstream",) and (d.upstream_draft_logits, d.upstream_sum_scale) == ("none", 1.0)
+    a = load_profile("smoke")
+    assert a.replace({"decoding.upstream_draft_logits": "sum", "decoding.upstream_sum_scale": 2.0})
+    bad_values = [
+        ({"decoding.algorithms": ["theirs"]}, "algorithms"),
+        ({"decoding.algorithms": ["ours", "ours"]}, "algorithms"),
+        ({"decoding.algorithms": []}, "algorithms"),
+        ({"decoding.upstream_draft_logits": "mean"}, "upstream_draft_logits"),
+        ({"decoding.upstream_draft_logits": "none", "decoding.upstream_sum_scale": 2.0}, "sum_scale"),
+        ({"decoding.upstream_draft_logits": "sum", "decoding.upstream_sum_scale": 0.0}, "sum_scale"),
+    ]
+    for bad, match in bad_values:
+        with pytest.raises(ConfigError, match=match):
+            a.replace(bad)

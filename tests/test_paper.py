@@ -9,6 +9,7 @@ import pytest
 from runs_helpers import SPEC_K, synthetic_runs
 
 from mrp_repro.config import load_profile
+from mrp_repro.measure import stats
 from mrp_repro.measure.runs import model_for_profile
 from mrp_repro.report import claims, paper
 
@@ -101,6 +102,23 @@ def test_speculative_table_keeps_every_k(runs):
     assert set(t["paper_throughput_speedup"]) == {1.40, 1.34}  # SDAR-8B gsm8k, humaneval
     oracle = paper.speculative_table(runs, drafter="oracle", n_boot=10)
     assert (oracle["tpf"] > t["tpf"]).all()
+
+
+def test_speculative_table_keys_the_algorithm_never_pooled():
+    both = synthetic_runs(n=20, algorithms=("ours", "upstream"))
+    t = paper.speculative_table(both, n_boot=20)
+    assert sorted(zip(t["benchmark"], t["algorithm"], t["K"], strict=True)) == sorted(
+        (b, a, k) for b in ("synth-code", "synth-math") for a in ("ours", "upstream") for k in SPEC_K
+    )
+    up, ours = t[t["algorithm"] == "upstream"], t[t["algorithm"] == "ours"]
+    # each family against its own static: upstream 32 tokens / (16 + 4) forwards vs its static 32 / (32 + 4)
+    assert up["nfe_speedup"].iloc[0] == pytest.approx(36 / 20)
+    assert ours["nfe_speedup"].iloc[0] == pytest.approx(36 / 23)
+    # their accounting on upstream rows only: tokens per their (batched) denoising forward
+    assert ours["upstream_tpf"].isna().all() and up["upstream_tpf"].to_numpy() == pytest.approx(1.5 * up["tpf"])
+    assert set(t["paper_throughput_speedup"]) == {1.40, 1.34}  # the paper's number beside both families
+    s = stats.summarize(both[both["mode"].isin(["static", "speculative"])], n_boot=0)
+    assert (s.loc[s["setting"] == "upstream_static(1)", "speedup"] == 1.0).all()  # its own static, not ours
 
 
 def test_direct_and_lookahead_tables(runs):

@@ -94,6 +94,19 @@ def test_out_dir_for_profile(tmp_runs, smoke_profile):
     assert d.name == "smoke" and d.is_dir()
 
 
+def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path):
+    both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
+    fig = plots.plot_speculative(both)
+    left, right = fig.axes[:2]
+    assert [t.get_text() for t in left.get_xticklabels()] == (
+        ["static"] + [f"K={k}" for k in SPEC_K] + ["upstream static"] + [f"upstream K={k}" for k in SPEC_K])
+    assert {ln.get_label() for ln in _lines(right)} == {f"{b} {p}K={k}" for b in BENCHES for p in ("", "upstream ")
+                                                         for k in SPEC_K}  # fmt: skip
+    fig = plots.plot_speedup(paper.speculative_table(both, n_boot=10))
+    assert set(_legend(fig.axes[0])) == {"paper"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
+                                                     for k in SPEC_K}  # fmt: skip
+
+
 def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     fig = plots.plot_speculative(runs)
     _not_empty(fig)

@@ -79,6 +79,34 @@ def test_collect_runs_identical_to_static(rb):
         collect_runs(p, rb, None, 3, ["synth-code"], settings[1:], batch_size=2, max_new_tokens=12)
 
 
+def test_collect_runs_both_algorithms_each_against_its_own_static(rb):
+    """tiny/smoke decode ours and upstream side by side: labelled rows, each family lossless against its own
+    static, upstream's batch counters split over a batch's rows (sums = the batches' counts)."""
+    from mrp_repro.decoding.upstream import generate_upstream
+    from mrp_repro.measure.schema import UPSTREAM_COUNTERS
+    from mrp_repro.mrp import MRPHead
+
+    p = rb.profile
+    assert p.decoding.algorithms == ("ours", "upstream")
+    g = torch.Generator().manual_seed(0)
+    head = MRPHead(rb.model.config, num_layers=1).init_weights("normal", 0.3, generator=g).eval()
+    settings = settings_for(p, head, ("static", "speculative"))
+    names = [pol.name for _, pol in settings]
+    assert "upstream_static(1)" in names and "upstream_speculative(3,sum)" in names and "static(1)" in names
+    runs = collect_runs(p, rb, head, 3, ["synth-code"], settings, batch_size=2, max_new_tokens=16)
+    assert set(runs["algorithm"]) == {"ours", "upstream"} and runs["identical_to_static"].all()
+    up, ours = runs[runs["algorithm"] == "upstream"], runs[runs["algorithm"] == "ours"]
+    assert ours[list(UPSTREAM_COUNTERS)].isna().all().all() and up[list(UPSTREAM_COUNTERS)].notna().all().all()
+    spec = up[up["mode"] == "speculative"]
+    probs = eval_problems(p, "synth-code", 3)
+    prompts = encode_prompts(rb, probs)
+    order = sorted(range(3), key=lambda i: (len(prompts[i]), i))
+    pol = dict((q.name, q) for _, q in settings)["upstream_speculative(3,sum)"]
+    want = sum(generate_upstream(rb.model, [prompts[i] for i in b], pol, p.block_size, rb.mask_id, rb.eos_ids,
+                                 16).batch.denoise_forwards for b in (order[:2], order[2:]))  # fmt: skip
+    assert spec["upstream_denoise_forwards"].sum() == pytest.approx(want)
+
+
 def test_score_problem_synthetic_and_benchmark():
     p = synthetic.generate("synth-math", "test", 1, 0, 8)[0]
     assert score_problem(p, synthetic.canonical_answer(p))["correct"]

@@ -87,15 +87,18 @@ def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:
                        for dr in df["drafter"]]  # fmt: skip
     # Predicted time per prompt, in forwards: every forward costs 1 except a verify (verify_cost) and a head
     # call (head_cost); block seeds and commits included. Static's time is its forward count.
-    static_t = df[df["mode"] == "static"].set_index(["model", "benchmark"])["backbone_forwards"]
+    # Our static and speculative only: the verify cost is measured for our verify of K candidates (upstream
+    # verifies K + 1 and seeds every block; its rows get NaN).
+    ours = df["algorithm"] == "ours" if "algorithm" in df.columns else pd.Series(True, index=df.index)
+    static_t = df[(df["mode"] == "static") & ours].set_index(["model", "benchmark"])["backbone_forwards"]
     spec_t = (
         (df["backbone_forwards"] - df["rounds"])
         + df["rounds"] * df["verify_cost"]
         + df["mrp_forwards"] * df["head_cost"]
     )
     df["predicted_speedup"] = [
-        static_t.get((r.model, r.benchmark), math.nan) / t if r.mode == "speculative" else math.nan
-        for r, t in zip(df.itertuples(), spec_t, strict=True)
+        static_t.get((r.model, r.benchmark), math.nan) / t if r.mode == "speculative" and o else math.nan
+        for r, t, o in zip(df.itertuples(), spec_t, ours, strict=True)
     ]
     df.attrs["cost_model"] = cm
     return df

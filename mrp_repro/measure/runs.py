@@ -12,7 +12,9 @@ Settings (METHOD.md §1, §3-5): static(1); dynamic(tau) for the profile thresho
 remasking tau, the remask rows' paired baseline); speculative K in
 decoding.speculative_k x drafter {mrp, oracle, naive}; direct steps {1, 2} + decoding.lookahead_k;
 naive lookahead K in decoding.lookahead_k (reveals K + 1 tokens per forward); remask tau in
-{0.5, 0.3} + thresholds x decoding.remask_rules.
+{0.5, 0.3} + thresholds x decoding.remask_rules. With "upstream" in decoding.algorithms (and a head), the
+released code's speculative for every K (decoding.upstream, draft logits decoding.upstream_draft_logits) and its
+static, their reference (column `algorithm`); without "ours" there, our speculative is left out.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ from mrp_repro.decoding import (
     Speculative,
     Static,
 )
-from mrp_repro.measure.schema import MODES, RUN_COLUMNS
+from mrp_repro.decoding.upstream import UpstreamSpeculative, UpstreamStatic
+from mrp_repro.measure.schema import MODES, RUN_COLUMNS, UPSTREAM_COUNTERS
 from mrp_repro.tasks import synthetic
 
 __all__ = ["model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first",
-           "batch_order", "run_setting", "collect_runs", "decode_events"]  # fmt: skip
+           "batch_order", "run_setting", "collect_runs", "decode_events", "identical_to_static"]  # fmt: skip
 
 def model_for_profile(profile) -> str:
     """The model name our runs carry: the declared paper model (profile.paper.model) where our numbers compare
@@ -89,8 +92,14 @@ def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str,
     out: list[tuple[str, Policy]] = [("static", Static(1))]
     # with a head, dynamic(tau) at every remasking tau too: remask(tau) is paired with it (the remasking table)
     out += [("dynamic", Dynamic(t)) for t in (remask_taus if head is not None else d.thresholds)]
-    for K in d.speculative_k:
-        out += [("speculative", Speculative(K, dr, head=head)) for dr in DRAFTERS if dr != "mrp" or head is not None]
+    if "ours" in d.algorithms:
+        drafters = [dr for dr in DRAFTERS if dr != "mrp" or head is not None]
+        out += [("speculative", Speculative(K, dr, head=head)) for K in d.speculative_k for dr in drafters]
+    if "upstream" in d.algorithms and head is not None and "speculative" in modes:
+        # their static is the reference of their speculative (identical_to_static), decoded with it
+        out += [("static", UpstreamStatic())]
+        out += [("speculative", UpstreamSpeculative(K, head, d.upstream_draft_logits, d.upstream_sum_scale))
+                for K in d.speculative_k]  # fmt: skip
     if head is not None:  # direct steps 1/2 (the direct table) and every lookahead K (the lookahead table)
         out += [("direct", Direct(s, head=head)) for s in sorted({1, 2, *d.lookahead_k})]
     # The paper's lookahead K counts tokens beyond the backbone's own pick (its naive K = 1 row is below
@@ -108,6 +117,7 @@ def _setting_columns(mode: str, pol: Policy) -> dict:
     """The schema's setting columns of one policy (NaN / '' where the mode has no such parameter)."""
     K = {"speculative": lambda: pol.K, "direct": lambda: pol.steps, "naive": lambda: pol.k - 1}.get(mode)
     return {
+        "algorithm": pol.algorithm,
         "mode": mode,
         "setting": pol.name,
         "K": float(K()) if K else math.nan,
@@ -163,18 +173,39 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
                 "drafted": s.drafted, "accepted": s.accepted, "revoked": s.revoked,
                 "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall, "wall_rank": rank,
                 "identical_to_static": False,
+                **_upstream_columns(res, len(idx)),
             }  # fmt: skip
     return pd.DataFrame([rows[i] for i in range(len(problems))], columns=list(RUN_COLUMNS))
 
 
+def _upstream_columns(res, rows: int) -> dict:
+    """The upstream counter columns of one row of a batch of `rows`: the batch's counts / rows; NaN for ours."""
+    batch = getattr(res, "batch", None)  # decoding.upstream.UpstreamResult
+    if batch is None:
+        return {c: math.nan for c in UPSTREAM_COUNTERS}
+    return {c: getattr(batch, attr) / rows for c, attr in UPSTREAM_COUNTERS.items()}
+
+
 def static_first(profile, head, settings, what: str) -> list[tuple[str, Policy]]:
-    """`settings` (default settings_for(profile, head)) with the one static(1) first: the reference every other
-    setting's identical_to_static compares against. ValueError unless there is exactly one."""
+    """`settings` (default settings_for(profile, head)) with the static settings first, one per algorithm: the
+    reference every other setting of that algorithm compares with (identical_to_static). ValueError unless our
+    static(1) is there and every algorithm has exactly one static."""
     settings = list(settings if settings is not None else settings_for(profile, head))
     static = [s for s in settings if s[0] == "static"]
-    if len(static) != 1 or static[0][1].name != "static(1)":
-        raise ValueError(f"{what} needs exactly one static(1) setting (the reference of identical_to_static)")
+    by_algo = [p.algorithm for _, p in static]
+    if "static(1)" not in [p.name for _, p in static] or len(set(by_algo)) != len(by_algo) or (
+        {p.algorithm for _, p in settings} != set(by_algo)
+    ):
+        raise ValueError(f"{what} needs our static(1) and exactly one static setting per algorithm (the reference "
+                         "of identical_to_static)")  # fmt: skip
     return static + [s for s in settings if s[0] != "static"]
+
+
+def identical_to_static(refs: dict, policy, text):
+    """text (array) == the static output of policy's algorithm (refs: algorithm -> texts; the first call of an
+    algorithm, its static, records them)."""
+    ref = refs.setdefault(policy.algorithm, text)
+    return text == ref
 
 
 def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
@@ -190,11 +221,10 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
     frames = []
     for bench in benchmarks or profile.evaluation.benchmarks:
         problems = eval_problems(profile, bench, n_prompts)
-        ref = None
+        refs = {}
         for mode, pol in settings:
             df = run_setting(backbone, problems, mode, pol, bs, max_new, model, profile.paper.model, progress=progress)
-            ref = df["text"].to_numpy() if ref is None else ref
-            df["identical_to_static"] = df["text"].to_numpy() == ref
+            df["identical_to_static"] = identical_to_static(refs, pol, df["text"].to_numpy())
             frames.append(df)
             if progress:
                 tpf = df["tokens"].sum() / max(df["denoise_forwards"].sum(), 1)

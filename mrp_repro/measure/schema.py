@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-__all__ = ["RUN_COLUMNS", "MODES", "SETTING_KEYS", "require", "empty_runs"]
+__all__ = ["RUN_COLUMNS", "MODES", "ALGORITHMS", "UPSTREAM_COUNTERS", "SETTING_KEYS", "require", "empty_runs"]
 
 #: column -> definition, in the order collect_runs writes them
 RUN_COLUMNS: dict[str, str] = {
@@ -25,7 +25,10 @@ RUN_COLUMNS: dict[str, str] = {
     "benchmark": "our benchmark: synth-math, synth-code, gsm8k, math500, humaneval, mbpp",
     "problem_id": "the problem's id within its benchmark (Problem.task_id)",
     "prompt_index": "the problem's position in the benchmark's evaluation list (0-based)",
-    "mode": "the decoding family, one of MODES",
+    "algorithm": "whose algorithm decoded the row, one of ALGORITHMS: ours (mrp_repro.decoding.engine, mrp_modes) "
+    "or upstream (mrp_repro.decoding.upstream: the released code's round, layout, length and counters; "
+    "docs/upstream.md). Rows of the two are never pooled: every setting key includes it",
+    "mode": "the decoding mode, one of MODES",
     "setting": "the policy's name, unique per decoding setting, e.g. static(1), speculative(3,mrp)",
     "K": "speculative: draft length; direct: MRP steps (= lookahead K); naive: lookahead K, i.e. tokens "
     "revealed per forward beyond the backbone's own pick (the policy reveals K + 1). NaN otherwise",
@@ -53,14 +56,40 @@ RUN_COLUMNS: dict[str, str] = {
     "wall_s": "the batch's wall seconds split evenly over its rows",
     "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
     "within a rank only: every setting of one prompt is decoded on the same rank (measure.sharded)",
-    "identical_to_static": "tokens identical to static(1)'s output on the same prompt (bool)",
+    "identical_to_static": "tokens identical to the static setting's output of the same algorithm on the same prompt "
+    "(ours: static(1), upstream: upstream_static(1)) (bool)",
+    # upstream's own counters (decoding.upstream.UpstreamCounters): per batch as the released code counts them,
+    # split evenly over the batch's rows like wall_s (summed over rows: the batches' counts); NaN on ours rows
+    "upstream_denoise_forwards": "upstream: their num_target_fwd_denoising (seed + verify forwards; static: block "
+    "forwards) of the row's batch / its rows. Their TPF = sum(tokens) / sum(upstream_denoise_forwards)",
+    "upstream_total_forwards": "upstream: their num_target_fwd_total (prefill + denoising + store-KV) / rows",
+    "upstream_mrp_forwards": "upstream: their num_mrp_fwd_denoising (K - 1 head calls per round) / rows",
+    "upstream_rounds": "upstream: their num_spec_rounds / rows",
+    "upstream_drafted": "upstream: their num_drafts_proposed (valid drafts summed over rows) / rows",
+    "upstream_accepted": "upstream: their num_drafts_accepted (the batch's accepted prefix, one scalar per round; "
+    "the bonus excluded, the stale first draft included) / rows",
+    "upstream_bonus": "upstream: their num_bonus_tokens (rows given the bonus pick, summed over rounds) / rows",
+    "upstream_stalled_blocks": "upstream: blocks ended at a fixed point where their loop would never end "
+    "(a [MASK] pick; decoding.upstream) / rows",
 }
+
+#: decoding algorithms (the `algorithm` column)
+ALGORITHMS = ("ours", "upstream")
+
+#: the upstream counter columns and the decoding.upstream.UpstreamCounters value each holds (per row)
+UPSTREAM_COUNTERS = {
+    "upstream_denoise_forwards": "denoise_forwards", "upstream_total_forwards": "total_forwards",
+    "upstream_mrp_forwards": "mrp_forwards", "upstream_rounds": "spec_rounds", "upstream_drafted": "drafts_proposed",
+    "upstream_accepted": "drafts_accepted", "upstream_bonus": "bonus_tokens",
+    "upstream_stalled_blocks": "stalled_blocks",
+}  # fmt: skip
 
 #: decoding families (the `mode` column)
 MODES = ("static", "dynamic", "speculative", "direct", "naive", "remask")
 
 #: the columns that identify one decoding setting of one model on one benchmark
-SETTING_KEYS = ["model", "benchmark", "mode", "setting", "K", "threshold", "rule", "drafter", "verify", "batch_size"]
+SETTING_KEYS = ["model", "benchmark", "algorithm", "mode", "setting", "K", "threshold", "rule", "drafter", "verify",
+                "batch_size"]
 
 
 def require(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:

@@ -35,7 +35,14 @@ import pandas as pd
 
 from mrp_repro import distributed
 from mrp_repro.errors import UserError
-from mrp_repro.measure.runs import batch_order, eval_problems, model_for_profile, run_setting, static_first
+from mrp_repro.measure.runs import (
+    batch_order,
+    eval_problems,
+    identical_to_static,
+    model_for_profile,
+    run_setting,
+    static_first,
+)
 from mrp_repro.measure.schema import RUN_COLUMNS
 from mrp_repro.runtime import provenance, write_json_atomic
 from mrp_repro.trajectories import model_fingerprint
@@ -105,12 +112,11 @@ def shard_problem(shard_dir: Path, shard: dict, key: str) -> str | None:
 
 def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_tokens: int, model: str,
                   paper_model: str) -> pd.DataFrame:  # fmt: skip
-    frames, ref = [], None
-    for mode, pol in settings:  # static(1) first: the reference of identical_to_static
+    frames, refs = [], {}
+    for mode, pol in settings:  # the statics first: the references of identical_to_static
         df = run_setting(backbone, shard["problems"], mode, pol, batch_size, max_new_tokens, model, paper_model)
         df["prompt_index"] = [shard["indices"][i] for i in df["prompt_index"]]
-        ref = df["text"].to_numpy() if ref is None else ref
-        df["identical_to_static"] = df["text"].to_numpy() == ref
+        df["identical_to_static"] = identical_to_static(refs, pol, df["text"].to_numpy())
         frames.append(df)
     out = pd.concat(frames, ignore_index=True)
     for c in ("valid_chain", "K", "threshold"):  # as collect_runs: floats whatever the shard holds

@@ -20,7 +20,7 @@ import pandas as pd
 
 from mrp_repro.measure.schema import SETTING_KEYS, require
 
-__all__ = ["bootstrap_ci", "mean_ci", "paired_diff", "ratio_ci", "summarize", "SUMMARY_NEEDS"]
+__all__ = ["bootstrap_ci", "mean_ci", "paired_diff", "ratio_ci", "summarize", "upstream_tpf", "SUMMARY_NEEDS"]
 
 
 def _boot_idx(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -95,15 +95,26 @@ def ratio_ci(num_m, den_m, num_s, den_s, n_boot: int = 1000, ci: float = 0.95, s
 
 #: the runs columns summarize reads
 SUMMARY_NEEDS = [*SETTING_KEYS, "correct", "valid_chain", "tokens", "denoise_forwards", "commit_forwards",
-                 "mrp_forwards", "rounds", "revoked", "accept_lengths", "wall_s", "identical_to_static"]  # fmt: skip
+                 "mrp_forwards", "rounds", "revoked", "accept_lengths", "wall_s", "identical_to_static",
+                 "upstream_denoise_forwards"]  # fmt: skip
+
+
+def upstream_tpf(g: pd.DataFrame) -> float:
+    """The released code's TPF of upstream rows: tokens summed over rows per batched denoising forward
+    (NaN for rows of our algorithm, which carry no upstream counters)."""
+    den = pd.to_numeric(g["upstream_denoise_forwards"], errors="coerce")
+    if den.isna().any() or den.sum() <= 0:
+        return math.nan
+    return float(g["tokens"].sum() / den.sum())
 
 
 def summarize(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
               by: Sequence[str] = tuple(SETTING_KEYS)) -> pd.DataFrame:  # fmt: skip
     """One row per setting: n, accuracy / accuracy_lo / accuracy_hi (%), valid_chain (%), tpf (tokens per
-    denoising forward, pooled), backbone_forwards / denoise_forwards / mrp_forwards / rounds / revoked (per
-    prompt), mean_accept, tokens_per_s, speedup (tokens/s over the static setting of the same model,
-    benchmark and batch size), lossless (every output identical to static), tpf_share_of_oracle
+    denoising forward, pooled, per-row accounting), upstream_tpf (upstream rows: their per-batch accounting),
+    backbone_forwards / denoise_forwards / mrp_forwards / rounds / revoked (per prompt), mean_accept,
+    tokens_per_s, speedup (tokens/s over the static setting of the same model, benchmark, algorithm and batch
+    size), lossless (every output identical to static), tpf_share_of_oracle
     (speculative: TPF over the oracle drafter's at the same K)."""
     require(runs, SUMMARY_NEEDS, "stats.summarize")
     by = list(by)
@@ -119,6 +130,7 @@ def summarize(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: in
             "accuracy": acc, "accuracy_lo": lo, "accuracy_hi": hi,
             "valid_chain": 100 * vc.mean() if vc.notna().any() else math.nan,
             "tpf": g["tokens"].sum() / den if den > 0 else math.nan,
+            "upstream_tpf": upstream_tpf(g),
             "backbone_forwards": (g["denoise_forwards"] + g["commit_forwards"]).mean(),
             "denoise_forwards": g["denoise_forwards"].mean(), "mrp_forwards": g["mrp_forwards"].mean(),
             "rounds": g["rounds"].mean(), "revoked": g["revoked"].mean(),
@@ -129,7 +141,7 @@ def summarize(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: in
     s = pd.DataFrame(rows)
     if s.empty:
         return s
-    ctx = [k for k in ("model", "benchmark", "batch_size") if k in by]
+    ctx = [k for k in ("model", "benchmark", "algorithm", "batch_size") if k in by]
     static = s[s["mode"] == "static"]
     if static.duplicated(ctx).any():
         raise ValueError(f"summarize: more than one static setting per {ctx}; collect one static(1) per benchmark")

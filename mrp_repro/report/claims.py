@@ -113,7 +113,8 @@ def _spec_lossless(tables, numeric) -> Outcome:
         return m
     t = require(tables["speculative"], ["identical_to_static"], "speculative-lossless")
     ident = float(t["identical_to_static"].min())
-    ours = f"{100 * ident:.1f}% of outputs identical to static (worst benchmark and K)"
+    algos = f", algorithms {' and '.join(sorted(set(t['algorithm'])))}" if "algorithm" in t.columns else ""
+    ours = f"{100 * ident:.1f}% of outputs identical to static (worst benchmark and K{algos})"
     if ident == 1.0:
         return Outcome(ours, HOLDS, "every speculative output equals static greedy decoding token for token")
     return Outcome(ours, NOT, "some speculative outputs differ from static greedy decoding")
@@ -126,8 +127,9 @@ def _spec_speedup(tables, numeric) -> Outcome:
                                          "throughput_speedup_hi"], "speculative-speedup")  # fmt: skip
     i = t["throughput_speedup"].idxmax()
     best, lo = float(t.loc[i, "throughput_speedup"]), float(t.loc[i, "throughput_speedup_lo"])
+    algo = f", algorithm {t.loc[i, 'algorithm']}" if "algorithm" in t.columns else ""  # which family it comes from
     ours = (f"up to {_f(best, 2)}× [{_f(lo, 2)}, {_f(float(t.loc[i, 'throughput_speedup_hi']), 2)}] "
-            f"(wall clock, {t.loc[i, 'benchmark']} K={int(t.loc[i, 'K'])})")  # fmt: skip
+            f"(wall clock, {t.loc[i, 'benchmark']} K={int(t.loc[i, 'K'])}{algo})")  # fmt: skip
     if lo <= 1.0:
         return Outcome(ours, NOT, "no benchmark is reliably faster than static (CI includes 1)")
     if numeric:

@@ -71,7 +71,7 @@ RESULTS = {
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
-RESULTS_SCHEMA = "runs-v5"
+RESULTS_SCHEMA = "runs-v6"
 
 #: the modes of each table's slice of modes_runs (split_runs)
 RUN_SPLITS = {
@@ -100,7 +100,8 @@ def reports(model: str, table: str) -> bool:
 # ----------------------------------------------------------------------------- our tables
 
 #: the runs columns every table reads
-_BASE = ["model", "benchmark", "mode", "problem_id", "correct", "K", "threshold", "rule", "drafter", "batch_size"]
+_BASE = ["model", "benchmark", "algorithm", "mode", "problem_id", "correct", "K", "threshold", "rule", "drafter",
+         "batch_size"]  # fmt: skip
 _SPEED = ["tokens", "wall_s", "denoise_forwards", "commit_forwards"]
 
 
@@ -144,10 +145,13 @@ def _acc(row: dict, name: str, values, n_boot, ci, seed) -> None:
     row[name], row[f"{name}_lo"], row[f"{name}_hi"] = stats.mean_ci(values, n_boot, ci, seed)
 
 
-def _static_of(runs: pd.DataFrame, model, bench, what: str) -> pd.DataFrame:
-    s = runs[(runs["mode"] == "static") & (runs["model"] == model) & (runs["benchmark"] == bench)]
+def _static_of(runs: pd.DataFrame, model, bench, what: str, algorithm: str = "ours") -> pd.DataFrame:
+    """The static rows of one model, benchmark and algorithm (ours: static(1); upstream: upstream_static(1))."""
+    s = runs[(runs["mode"] == "static") & (runs["model"] == model) & (runs["benchmark"] == bench)
+             & (runs["algorithm"] == algorithm)]  # fmt: skip
     if s.empty:
-        raise ValueError(f"{what}: no static rows for {model} / {bench}; collect_runs always runs static(1)")
+        raise ValueError(f"{what}: no static rows of algorithm {algorithm} for {model} / {bench}; collect_runs "
+                         "runs one static per algorithm")  # fmt: skip
     return s
 
 
@@ -161,8 +165,8 @@ def backbone_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, see
 
 
 #: the columns of the every-mode table (modes.md)
-MODES_COLUMNS = ["model", "benchmark", "mode", "setting", "n", "accuracy", "accuracy_lo", "accuracy_hi",
-                 "backbone_forwards", "mrp_forwards", "tpf", "tokens_per_s", "speedup", "lossless",
+MODES_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "n", "accuracy", "accuracy_lo", "accuracy_hi",
+                 "backbone_forwards", "mrp_forwards", "tpf", "upstream_tpf", "tokens_per_s", "speedup", "lossless",
                  "tpf_share_of_oracle", "mean_accept", "revoked"]  # fmt: skip
 
 
@@ -257,28 +261,32 @@ def remasking_table(runs: pd.DataFrame, rule: str | None = "tau", n_boot: int = 
 
 def speculative_table(runs: pd.DataFrame, drafter: str = "mrp", n_boot: int = 1000, ci: float = 0.95,
                       seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Speculative(K, drafter) vs static per model x benchmark x K (every K: one row each): accuracy, static
-    accuracy, TPF, wall-clock and backbone-forward speedup with CI, identical_to_static (fraction of outputs
-    token-for-token equal to static: 1.0 = lossless). The paper reports one number per model x benchmark
-    ("up to"); it stands beside every K."""
+    """Speculative(K, drafter) vs static per model x benchmark x algorithm x K (every K: one row each):
+    accuracy, static accuracy, TPF, wall-clock and backbone-forward speedup with CI, identical_to_static
+    (fraction of outputs token-for-token equal to the same algorithm's static: 1.0 = lossless). `algorithm`
+    (ours / upstream, docs/upstream.md) is a key: each row compares with its own algorithm's static, never
+    pooled. tpf counts per row (both algorithms); upstream_tpf is the released code's accounting (tokens summed
+    over a batch's rows per batched forward; NaN on ours). The paper reports one number per model x benchmark
+    ("up to"); it stands beside every K of both algorithms."""
     what = "speculative_table"
-    require(runs, _BASE + _SPEED + ["identical_to_static"], what)
+    require(runs, _BASE + _SPEED + ["identical_to_static", "upstream_denoise_forwards"], what)
     spec = runs[(runs["mode"] == "speculative") & (runs["drafter"] == drafter)]
     if spec.empty:
         raise _no_rows(what, f"speculative drafter={drafter}")
     rows = []
-    for (model, bench, K), g in spec.groupby(["model", "benchmark", "K"]):
-        s = _static_of(runs, model, bench, what)
-        row = {"model": model, "benchmark": bench, "K": int(K), "n": len(g)}
+    for (model, bench, algo, K), g in spec.groupby(["model", "benchmark", "algorithm", "K"]):
+        s = _static_of(runs, model, bench, what, algo)
+        row = {"model": model, "benchmark": bench, "algorithm": algo, "K": int(K), "n": len(g)}
         _acc(row, "accuracy", g["correct"], n_boot, ci, seed)
         row["static_accuracy"] = stats.mean_ci(s["correct"], 0)[0]
         row["tpf"], row["static_tpf"] = _tpf(g), _tpf(s)
+        row["upstream_tpf"] = stats.upstream_tpf(g)
         row.update(_speed(g, s, n_boot, ci, seed, what))
         row["identical_to_static"] = float(g["identical_to_static"].astype(float).mean())
         rows.append(row)
-    ours = pd.DataFrame(rows).sort_values(["model", "benchmark", "K"])
-    out = _with_paper(ours, "speculative", ["model", "benchmark", "K"], ["accuracy", "throughput_speedup"],
-                      _paper_models(runs), [])
+    keys = ["model", "benchmark", "algorithm", "K"]
+    ours = pd.DataFrame(rows).sort_values(keys)
+    out = _with_paper(ours, "speculative", keys, ["accuracy", "throughput_speedup"], _paper_models(runs), [])
     return out.reset_index(drop=True)
 
 
@@ -287,7 +295,7 @@ def direct_table(runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float
     per model x benchmark."""
     what = "direct_table"
     require(runs, _BASE + _SPEED, what)
-    static = runs[runs["mode"] == "static"]
+    static = runs[(runs["mode"] == "static") & (runs["algorithm"] == "ours")]  # direct is ours: our static
     direct = runs[(runs["mode"] == "direct") & runs["K"].isin(list(steps))]
     if static.empty or direct.empty:
         raise _no_rows(what, "static and direct(steps in " + str(tuple(steps)) + ")")

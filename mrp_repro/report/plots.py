@@ -174,8 +174,10 @@ def plot_lookahead(table: pd.DataFrame):
     return fig
 
 
-def _setting_label(mode: str, K) -> str:
-    return "static" if mode == "static" else f"K={int(K)}"
+def _setting_label(mode: str, K, algorithm: str = "ours") -> str:
+    """x label of a speculative-figure point; the upstream family's points are their own labelled series."""
+    label = "static" if mode == "static" else f"K={int(K)}"
+    return label if algorithm == "ours" else f"upstream {label}"
 
 
 def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
@@ -185,19 +187,22 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     benchmark, with the oracle drafter's mean TPF at each K marked as the ceiling. Right: the distribution of
     drafts accepted per round, one series per benchmark x K."""
     what = "plot_speculative"
-    _need(runs, ["benchmark", "mode", "K", "drafter", "problem_id", "tokens", "denoise_forwards",
+    _need(runs, ["benchmark", "algorithm", "mode", "K", "drafter", "problem_id", "tokens", "denoise_forwards",
                  "accept_lengths"], what)  # fmt: skip
     df = runs[(runs["mode"] == "static") | ((runs["mode"] == "speculative") & (runs["drafter"] == drafter))]
     spec = df[df["mode"] == "speculative"]
     if spec.empty or not (df["mode"] == "static").any():
         raise ValueError(f"{what}: needs static and speculative drafter={drafter} rows")
-    _unique(df, ["benchmark", "mode", "K", "problem_id"], what)
+    _unique(df, ["benchmark", "algorithm", "mode", "K", "problem_id"], what)
     oracle = runs[(runs["mode"] == "speculative") & (runs["drafter"] == "oracle")]
     set_theme()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     benches = list(dict.fromkeys(df["benchmark"]))
     Ks = sorted(spec["K"].unique())
-    settings = ["static"] + [f"K={int(k)}" for k in Ks]
+    # ours first, then the upstream family's static and K, each a category of its own (never pooled)
+    present = sorted({(a != "ours", m != "static", 0 if m == "static" else k, _setting_label(m, k, a))
+                      for a, m, k in zip(df["algorithm"], df["mode"], df["K"], strict=True)})  # fmt: skip
+    settings = [label for *_, label in present]
     x_of = {s: i for i, s in enumerate(settings)}
     colors = dict(zip(benches, _colors(len(benches)), strict=True))
     width = 0.7 / len(benches)
@@ -206,7 +211,8 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     for bi, b in enumerate(benches):
         g = df[df["benchmark"] == b]
         off = (bi - (len(benches) - 1) / 2) * width
-        x = np.array([x_of[_setting_label(m, k)] for m, k in zip(g["mode"], g["K"], strict=True)], float)
+        x = np.array([x_of[_setting_label(m, k, a)] for m, k, a in zip(g["mode"], g["K"], g["algorithm"], strict=True)],
+                     float)  # fmt: skip
         tpf = g["tokens"] / g["denoise_forwards"].clip(lower=1)
         ax.scatter(x + off + rng.uniform(-width / 3, width / 3, len(x)), tpf, s=10, alpha=0.5, color=colors[b],
                    label=b)  # fmt: skip
@@ -221,15 +227,16 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     ax.set_title(f"TPF per prompt (drafter {drafter})")
     ax.legend(frameon=False, fontsize=7)
     ax = axes[1]
-    series = [(b, k) for b in benches for k in Ks if len(spec[(spec["benchmark"] == b) & (spec["K"] == k)])]
-    for (b, k), c in zip(series, _colors(len(series)), strict=True):
-        h = spec[(spec["benchmark"] == b) & (spec["K"] == k)]
-        lengths = np.array([int(j) for a in h["accept_lengths"].fillna("") for j in str(a).split()])
+    series = [(b, a, k) for b in benches for a in ("ours", "upstream") for k in Ks
+              if len(spec[(spec["benchmark"] == b) & (spec["algorithm"] == a) & (spec["K"] == k)])]  # fmt: skip
+    for (b, a, k), c in zip(series, _colors(len(series)), strict=True):
+        h = spec[(spec["benchmark"] == b) & (spec["algorithm"] == a) & (spec["K"] == k)]
+        lengths = np.array([int(j) for x in h["accept_lengths"].fillna("") for j in str(x).split()])
         if lengths.size == 0:
             raise ValueError(f"{what}: no accepted-length records for {b} K={int(k)} (accept_lengths empty)")
         vals = np.arange(0, int(k) + 1)
         prob = np.array([(lengths == v).mean() for v in vals])
-        ax.plot(vals, prob, marker="o", color=c, label=f"{b} K={int(k)}")
+        ax.plot(vals, prob, marker="o", color=c, label=f"{b} {_setting_label('speculative', k, a)}")
     ax.set_xlabel("drafts accepted per round")
     ax.set_ylabel("share of rounds")
     ax.set_title("acceptance length")
@@ -246,7 +253,9 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     cols = ["benchmark", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup"]  # fmt: skip
     _need(speculative, cols + ["K"], what)
-    parts = [speculative.assign(series=[f"speculative K={int(k)}" for k in speculative["K"]])]
+    algos = speculative["algorithm"] if "algorithm" in speculative.columns else ["ours"] * len(speculative)
+    parts = [speculative.assign(series=[f"{'' if a == 'ours' else 'upstream '}speculative K={int(k)}"
+                                        for k, a in zip(speculative["K"], algos, strict=True)])]  # fmt: skip
     if direct is not None:
         _need(direct, cols + ["setting"], what)
         d = direct[direct["setting"] != "baseline"]
