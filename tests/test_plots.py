@@ -193,6 +193,20 @@ def test_remasking_figure_every_rule(tmp_path, runs):
     _save(fig, tmp_path, "remasking")
 
 
+def test_remasking_figure_keeps_the_families_apart(tmp_path):
+    """Both families: each its own baseline, upstream one series per δ (never blended with ours' delta rule)."""
+    runs = synthetic_runs(n=10, algorithms=("ours", "upstream"))
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=0)
+    fig = plots.plot_remasking(t)
+    for ax in fig.axes:
+        lines = _lines(ax)
+        assert [ln.get_label() for ln in lines] == ["dynamic (no remasking)", "upstream dynamic", "MRP remask (delta)",
+                                                    "MRP remask (tau)", "upstream remask (δ=1)",
+                                                    "upstream remask (δ=2)"]  # fmt: skip
+        assert all(len(ln.get_xdata()) == 4 for ln in lines)
+    _save(fig, tmp_path, "remasking_families")
+
+
 def test_training_curve_and_trajectory(tmp_path):
     curve = pd.DataFrame({"step": [0, 5, 10], "train_loss": [1.0, 0.5, 0.3], "heldout_kl": [1.0, 0.6, 0.4]})
     curve["heldout_uncorrected_kl"] = 1.0

@@ -113,24 +113,32 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
 
 def plot_remasking(table: pd.DataFrame):
     """Accuracy vs τ per benchmark: the dynamic baseline and one MRP remasking series per rule
-    (table: paper.remasking_table(rule=None); one row per benchmark x rule x τ)."""
+    (table: paper.remasking_table(rule=None); one row per benchmark x rule x τ). A table of both families
+    (algorithm=None) draws each family's own baseline, and upstream remasking one series per δ."""
     set_theme()
     benches = list(dict.fromkeys(table["benchmark"]))
     fig, axes = plt.subplots(1, len(benches), figsize=(4.3 * len(benches), 3.4), squeeze=False, sharey=True)
     _need(table, ["benchmark", "threshold", "rule", "baseline_accuracy", "mrp_remask_accuracy"], "plot_remasking")
-    _unique(table, ["benchmark", "rule", "threshold"], "plot_remasking")
-    rules = list(dict.fromkeys(table["rule"]))
-    colors = _colors(len(rules) + 1)
+    t = table.assign(algorithm=table["algorithm"] if "algorithm" in table.columns else "ours",
+                     delta=table["delta"] if "delta" in table.columns else np.nan)  # fmt: skip
+    _unique(t, ["benchmark", "algorithm", "rule", "delta", "threshold"], "plot_remasking")
+    deltas = [None if pd.isna(x) else float(x) for x in t["delta"]]  # NaN never equals itself: None as the key
+    series = list(dict.fromkeys(zip(t["algorithm"], t["rule"], deltas, strict=True)))
+    algos = list(dict.fromkeys(t["algorithm"]))
+    colors = _colors(len(series) + 1)
     for ax, b in zip(axes[0], benches, strict=True):
-        g = table[table["benchmark"] == b]
-        base = g.drop_duplicates("threshold").sort_values("threshold")
-        ax.errorbar(base["threshold"], base["baseline_accuracy"],
-                    yerr=_yerr(base, "baseline_accuracy"), color="0.3", marker="s", capsize=3,
-                    label="dynamic (no remasking)")  # fmt: skip
-        for c, r in zip(colors[1:], rules, strict=False):
-            h = g[g["rule"] == r].sort_values("threshold")
-            ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"),
-                        color=c, marker="o", capsize=3, label=f"MRP remask ({r})")  # fmt: skip
+        g = t[t["benchmark"] == b]
+        for algo, shade in zip(algos, ("0.3", "0.6"), strict=False):
+            base = g[g["algorithm"] == algo].drop_duplicates("threshold").sort_values("threshold")
+            ax.errorbar(base["threshold"], base["baseline_accuracy"],
+                        yerr=_yerr(base, "baseline_accuracy"), color=shade, marker="s", capsize=3,
+                        label="dynamic (no remasking)" if algo == "ours" else f"{algo} dynamic")  # fmt: skip
+        for c, (algo, r, d) in zip(colors[1:], series, strict=False):
+            same_d = g["delta"].isna() if d is None else g["delta"] == d
+            h = g[(g["algorithm"] == algo) & (g["rule"] == r) & same_d].sort_values("threshold")
+            label = f"MRP remask ({r})" if algo == "ours" else f"{algo} remask (δ={d:g})"
+            ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), color=c,
+                        marker="o", capsize=3, label=label)  # fmt: skip
         ax.set_title(b)
         ax.set_xlabel(LABELS["threshold"])
         ax.set_ylabel(LABELS["accuracy"])
