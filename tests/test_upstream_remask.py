@@ -159,3 +159,15 @@ def test_bf16_logits_in_their_order():
             assert d_ours < 1e-4
         else:  # the rounding the switch removes: well above bf16's step at |logit| ~ 10 (0.06)
             assert d_ours > 0.06
+
+
+def test_both_causes_explain_the_difference():
+    """remask_compare at a small vocabulary (fp32): ours with the head on the pre-reveal block (a) and on its own
+    block only (b) decodes every token and forward as upstream; ours, and each cause alone, do not."""
+    from mrp_repro.decoding.remask_compare import compare
+
+    t = compare(vocab=2048, deltas=(1.0,)).set_index("variant")
+    assert t.loc["ours+a+b", "agree_with_upstream"] == 72
+    assert (t.loc["ours+a+b", ["denoise_forwards", "mrp_forwards", "vetoed"]]
+            == t.loc["upstream", ["denoise_forwards", "mrp_forwards", "vetoed"]]).all()  # fmt: skip
+    assert all(t.loc[v, "agree_with_upstream"] < 72 for v in ("ours", "ours+a", "ours+b"))

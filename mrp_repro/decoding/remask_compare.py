@@ -33,17 +33,22 @@ from mrp_repro.mrp import MRPHead
 __all__ = ["models", "compare", "numerics_gap", "main"]
 
 MASK, EOS = 151_669, 151_645  # SDAR's <|MASK|> and <|im_end|>; EOS never chosen by these random weights
+
+
+def _special(vocab: int) -> tuple[int, int]:
+    """(mask, eos): SDAR's at its vocabulary, else the last two ids."""
+    return (MASK, EOS) if vocab > MASK else (vocab - 1, vocab - 2)
 BLOCK, HEAD_LAYERS, N_PROMPTS, PROMPT_LEN, MAX_NEW = 8, 3, 3, 13, 24
 TAU, DELTAS = 0.5, (0.5, 1.0, 2.0)
 HEAD_GAIN = 0.2  # the head's final norm gain scale
 
 
-def models(seed: int = 0, dtype=torch.float32) -> tuple[SDARModel, MRPHead]:
-    """A random backbone and 3-layer head at SDAR's vocabulary, norm gains uniform in [0.25, 1.75] (the head's
-    final one times HEAD_GAIN)."""
+def models(seed: int = 0, dtype=torch.float32, vocab: int | None = None) -> tuple[SDARModel, MRPHead]:
+    """A random backbone and 3-layer head at SDAR's vocabulary (or `vocab`: the test's smaller one), norm gains
+    uniform in [0.25, 1.75] (the head's final one times HEAD_GAIN)."""
     from mrp_repro.sdar_mini import LM_HEAD_STD, MINI_CONFIG
 
-    cfg = ModelConfig(**MINI_CONFIG)
+    cfg = ModelConfig(**{**MINI_CONFIG, "vocab_size": vocab or MINI_CONFIG["vocab_size"]})
     g = torch.Generator().manual_seed(seed)
     std = 1 / math.sqrt(cfg.hidden_size)
     m = SDARModel(cfg).init_weights(std=std, generator=g)
@@ -85,23 +90,25 @@ class OursVariant(Remask):
             st.step += 1
 
 
-def _prompts(seed: int = 0) -> list[list[int]]:
+def _prompts(seed: int = 0, vocab: int = 151_000) -> list[list[int]]:
     rng = random.Random(seed)
-    return [[rng.randrange(0, 151_000) for _ in range(PROMPT_LEN)] for _ in range(N_PROMPTS)]
+    return [[rng.randrange(0, min(vocab, 151_000)) for _ in range(PROMPT_LEN)] for _ in range(N_PROMPTS)]
 
 
-def compare(seed: int = 0, dtype=torch.float32, deltas=DELTAS, tau: float = TAU) -> pd.DataFrame:
+def compare(seed: int = 0, dtype=torch.float32, deltas=DELTAS, tau: float = TAU, vocab: int | None = None
+            ) -> pd.DataFrame:  # fmt: skip
     """One row per (delta, variant): agreement with upstream and the counters (module docstring)."""
-    m, h = models(seed, dtype)
-    ps = _prompts(seed)
+    m, h = models(seed, dtype, vocab)
+    ps = _prompts(seed, m.config.vocab_size - 2)
+    mask, eos = _special(m.config.vocab_size)
     rows = []
     for delta in deltas:
         with use_numerics("upstream", m, h):
-            up = generate_upstream(m, ps, UpstreamRemask(tau, delta, head=h), BLOCK, MASK, [EOS], MAX_NEW)
+            up = generate_upstream(m, ps, UpstreamRemask(tau, delta, head=h), BLOCK, mask, [eos], MAX_NEW)
         runs = {"upstream": up}
         for a, b in ((False, False), (True, False), (False, True), (True, True)):
             pol = OursVariant(tau, delta, h, a, b) if (a or b) else Remask(tau, "delta", delta=delta, head=h)
-            runs[pol.name.split("(")[0] if (a or b) else "ours"] = generate(m, ps, pol, BLOCK, MASK, [EOS], MAX_NEW)
+            runs[pol.name.split("(")[0] if (a or b) else "ours"] = generate(m, ps, pol, BLOCK, mask, [eos], MAX_NEW)
         for name, r in runs.items():
             agree = sum(x == y for t, u in zip(r.tokens, up.tokens, strict=True)
                         for x, y in zip(t[:MAX_NEW], u[:MAX_NEW], strict=False))  # fmt: skip
