@@ -171,3 +171,18 @@ def test_both_causes_explain_the_difference():
     assert (t.loc["ours+a+b", ["denoise_forwards", "mrp_forwards", "vetoed"]]
             == t.loc["upstream", ["denoise_forwards", "mrp_forwards", "vetoed"]]).all()  # fmt: skip
     assert all(t.loc[v, "agree_with_upstream"] < 72 for v in ("ours", "ours+a", "ours+b"))
+
+
+def test_upstream_speculative_stays_lossless_under_the_upstream_numerics():
+    """bf16: Backbone.generate runs the upstream family with F.rms_norm and unmasked attention; their speculative
+    is still token-identical to their static (the verify's folded candidates round as block forwards)."""
+    from mrp_repro.decoding.mismatch import random_backbone, random_head, random_prompts
+    from mrp_repro.decoding.upstream import UpstreamSpeculative, UpstreamStatic
+
+    m, h = random_backbone(0, torch.bfloat16), random_head(10, torch.bfloat16)
+    ps = random_prompts(6, 0, 13)
+    bb = Backbone(m, None, MASK, [EOS], PAD, L, None, None)
+    ref = bb.generate(ps, UpstreamStatic(), 16).tokens
+    for K in (1, 3):
+        for draft in ("none", "sum"):
+            assert bb.generate(ps, UpstreamSpeculative(K, h, draft), 16).tokens == ref, (K, draft)
