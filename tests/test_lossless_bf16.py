@@ -89,6 +89,33 @@ def test_speculative_equals_static_token_for_token(dtype):
     assert bad == 0, f"{bad} of {rows} speculative rows differ from Static(1) in {dtype}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_upstream_speculative_equals_upstream_static_token_for_token(dtype):
+    """The released code's round (decoding.upstream) on the same near-tie models: token-identical to its static."""
+    from mrp_repro.decoding.upstream import UpstreamSpeculative, UpstreamStatic
+
+    m, h = random_backbone(0, DTYPES[dtype]), random_head(100, DTYPES[dtype])
+    rows = 0
+    for block in (4, 8, 16):
+        ps = random_prompts(8, block, max_len=2 * block + 3)
+        eos = [common_token(m, ps, block)]
+        want = _run_upstream(m, ps, UpstreamStatic(), block, eos)
+        for K, mode, scale in ((1, "none", 1.0), (3, "sum", 2.0)):
+            got = _run_upstream(m, ps, UpstreamSpeculative(K, h, mode, scale), block, eos)
+            rows += len(got)
+            assert got == want, (dtype, block, K, mode)
+    assert rows == 3 * 2 * 8
+
+
+def _run_upstream(m, ps, policy, block, eos, batch=8):
+    from mrp_repro.decoding.upstream import generate_upstream
+
+    out = []
+    for i in range(0, len(ps), batch):
+        out += generate_upstream(m, ps[i : i + batch], policy, block, MASK, eos, 2 * block).tokens
+    return out
+
+
 def test_packed_verify_is_lossy_in_bf16():
     """The same kind of grid through the old packed verify: some rows differ, so the test above can fail."""
     rows, bad = _rows_differing(torch.bfloat16, "packed", Ks=(2, 4), n_prompts=16)

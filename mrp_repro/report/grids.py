@@ -8,13 +8,14 @@
     runs = grids.runs(P, bb, head, "modes_runs")   # what 05-07 read: the cached file, else collected now
 
 GRIDS: backbone_runs (01: static + dynamic(tau), no head), speculative_runs (05: static + speculative at batch 1,
-LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size). Each is stored as
-report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame of another spec
-(a notebook parameter changed) is recollected. A grid that another holds in full (COVERED_BY: the same prompts
-and batch size, a subset of its settings) is that grid's rows, not decoded twice. In a plain process the grid is
-measure.runs.collect_runs; under torchrun (any world size) it is measure.sharded.collect_runs_sharded, whose merged
-file equals collect_runs' but for the wall-clock columns, so the single-process notebooks then read what the ranks
-wrote.
+LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size); the last two hold every
+algorithm of decoding.algorithms (ours, upstream: measure.runs.settings_for), labelled in the column `algorithm`.
+Each is stored as report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame
+of another spec (a notebook parameter changed) is recollected. A grid that another holds in full (COVERED_BY: the
+same prompts and batch size, a subset of its settings) is that grid's rows, not decoded twice. In a plain process
+the grid is measure.runs.collect_runs; under torchrun (any world size) it is measure.sharded.collect_runs_sharded,
+whose merged file equals collect_runs' but for the wall-clock columns, so the single-process notebooks then read
+what the ranks wrote.
 """
 
 from __future__ import annotations
