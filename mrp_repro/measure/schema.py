@@ -53,7 +53,8 @@ RUN_COLUMNS: dict[str, str] = {
     "rounds": "speculative verify rounds",
     "drafted": "speculative draft tokens proposed",
     "accepted": "speculative draft tokens accepted",
-    "revoked": "remasking: revealed tokens revoked",
+    "revoked": "remasking: revealed tokens revoked (ours) or proposals vetoed before they were written (upstream: "
+    "their num_residual_vetoed, summed over rows)",
     "accept_lengths": "speculative: drafts accepted per round, space-separated (a string: survives CSV)",
     "wall_s": "the batch's wall seconds split evenly over its rows",
     "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
