@@ -150,6 +150,12 @@ def _spec_accuracy(tables, numeric) -> Outcome:
     return Outcome(ours, NOT, "speculative accuracy differs from static")
 
 
+#: the remasking rows the claims read (tables_from_results), named in each remasking claim's "ours": our family's
+#: paper-v2 rule; upstream remasking (the released code's delta veto) is tabulated beside it (07's by-rule table)
+REMASK_CLAIMS_FROM = dict(algorithm="ours", rule="tau")
+_REMASK_FAMILY = f"algorithm {REMASK_CLAIMS_FROM['algorithm']}, rule {REMASK_CLAIMS_FROM['rule']}"
+
+
 def _remask_recovers(tables, numeric) -> Outcome:
     if m := _missing(tables, "remasking"):
         return m
@@ -159,7 +165,7 @@ def _remask_recovers(tables, numeric) -> Outcome:
         return Outcome("–", NA, "no threshold <= 0.5 in this profile's sweep")
     mean_gain = float(low["gain"].mean())
     sig = int((low["gain_lo"] > 0).sum())
-    ours = f"mean gain {_f(mean_gain)} pts at τ <= 0.5; {sig}/{len(low)} rows with CI above 0"
+    ours = f"mean gain {_f(mean_gain)} pts at τ <= 0.5; {sig}/{len(low)} rows with CI above 0 ({_REMASK_FAMILY})"
     if mean_gain > 0 and sig > 0:
         return Outcome(ours, HOLDS if numeric else QUAL, "remasking raises accuracy at low thresholds")
     if mean_gain > 0:
@@ -177,7 +183,8 @@ def _remask_max(bench: str, paper_gain: float):
             return Outcome("–", NA, f"no benchmark standing in for {bench} on this profile")
         i = t["gain"].idxmax()
         g, lo = float(t.loc[i, "gain"]), float(t.loc[i, "gain_lo"])
-        ours = f"up to {g:+.1f} pts ({t.loc[i, 'benchmark']}, τ={t.loc[i, 'threshold']:g}; CI lo {lo:+.1f})"
+        ours = (f"up to {g:+.1f} pts ({t.loc[i, 'benchmark']}, τ={t.loc[i, 'threshold']:g}; CI lo {lo:+.1f}; "
+                f"{_REMASK_FAMILY})")  # fmt: skip
         if g <= 0:
             return Outcome(ours, NOT, "no threshold where remasking helps")
         if numeric:
@@ -197,7 +204,8 @@ def _remask_low_tau_larger(tables, numeric) -> Outcome:
     if len(by_tau) < 2:
         return Outcome("–", NA, "fewer than two thresholds")
     lo_tau, hi_tau = float(by_tau.iloc[0]), float(by_tau.iloc[-1])
-    ours = f"mean gain {lo_tau:+.1f} at τ={by_tau.index[0]:g} vs {hi_tau:+.1f} at τ={by_tau.index[-1]:g}"
+    ours = (f"mean gain {lo_tau:+.1f} at τ={by_tau.index[0]:g} vs {hi_tau:+.1f} at τ={by_tau.index[-1]:g} "
+            f"({_REMASK_FAMILY})")  # fmt: skip
     if lo_tau > hi_tau:
         return Outcome(ours, HOLDS if numeric else QUAL, "the gain is larger at the lowest threshold")
     return Outcome(ours, NOT, "the gain is not larger at low thresholds")
@@ -349,7 +357,7 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
     if "lookahead_runs" in results:
         out["lookahead"] = paper.lookahead_table(results["lookahead_runs"], **kw)
     if "remasking_runs" in results:
-        out["remasking"] = paper.remasking_table(results["remasking_runs"], rule="tau", **kw)
+        out["remasking"] = paper.remasking_table(results["remasking_runs"], **REMASK_CLAIMS_FROM, **kw)
     return out
 
 
