@@ -45,14 +45,18 @@ class Backbone:
         model of the same tokenizer, e.g. a random init; `engine_options` go to decoding.generate as they are;
         fuse_commit and static_cache default to the profile's decoding settings of those names). A policy of the
         upstream family (`policy.algorithm == "upstream"`) runs decoding.upstream.generate_upstream instead: the
-        released code's layout, commits and counters, which take no engine options."""
+        released code's layout, commits and counters, which take no engine options, with its bf16 numerics
+        (model.use_numerics("upstream"))."""
         from mrp_repro.decoding import generate
 
         if getattr(policy, "algorithm", "ours") == "upstream":  # the released code's loop (decoding.upstream)
             from mrp_repro.decoding.upstream import generate_upstream
+            from mrp_repro.model import use_numerics
 
-            return generate_upstream(model or self.model, prompts, policy, self.block_size, self.mask_id,
-                                     self.eos_ids, max_new_tokens)  # fmt: skip
+            m = model or self.model
+            with use_numerics("upstream", m, policy.head):  # their RMSNorm and unmasked attention (model.NUMERICS)
+                return generate_upstream(m, prompts, policy, self.block_size, self.mask_id, self.eos_ids,
+                                         max_new_tokens)  # fmt: skip
         if self.profile is not None:  # the profile's engine setting, unless the caller chose
             engine_options.setdefault("fuse_commit", self.profile.decoding.fuse_commit)
             engine_options.setdefault("static_cache", self.profile.decoding.static_cache)

@@ -190,8 +190,9 @@ class DecodingConfig:
     # speculative): `ours` (decoding.engine / mrp_modes: the head sees the earlier blocks as it was trained, the
     # verify skipped when nothing is left to check, per-row accounting) and `upstream` (decoding.upstream: the
     # released code's round, layout, length and per-batch counters, which the paper's numbers come from; see
-    # docs/upstream.md). Our static(1) always runs (the reference of our modes); modes only we have (dynamic,
-    # direct, naive, remask) decode with ours. tiny: both, side by side; the SDAR profiles: upstream.
+    # docs/upstream.md). Our static(1) always runs (the reference of our modes); modes only we have (direct,
+    # naive) decode with ours; dynamic and remask run ours always and, with upstream here, theirs beside it
+    # (decoding.upstream_remask, docs/upstream-remask.md). tiny: both, side by side; the SDAR profiles: upstream.
     algorithms: tuple[Algorithm, ...]
     # Upstream speculative's draft logits (their mrp_logit_mix_mode): `none` = lm_head(h_C) alone, the head chained
     # on its own h_C (their published speculative sweep); `sum` = A + s*C accumulated in logit space (their
@@ -208,6 +209,10 @@ class DecodingConfig:
     # call kind keeps one shape over a generation and CUDA graphs record it once; decodes as the growing cache
     # does, speculative token-identical to static (tests/test_static_cache.py). Costs attention over empty slots.
     static_cache: bool = False
+    # The released code's residual remasking (decoding.upstream_remask.UpstreamRemask, the upstream family): its
+    # veto thresholds delta (|C[p, token]| > delta), each at every remasking tau, beside UpstreamDynamic(tau), its
+    # baseline. Their default delta is 1.0, their published sweep {0.5, 1, 2, 4} (SDAR-4B / 8B runs: 2.0).
+    upstream_remask_deltas: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -454,6 +459,7 @@ def _check_values(p: Profile) -> None:
     need(d.upstream_draft_logits == "sum" or d.upstream_sum_scale == 1.0,
          f"decoding.upstream_sum_scale ({d.upstream_sum_scale}) scales only upstream_draft_logits: sum; "
          "set it to 1.0 or choose sum")  # fmt: skip
+    need(all(x > 0 for x in d.upstream_remask_deltas), "decoding.upstream_remask_deltas must be > 0")
     need(
         p.decoding.max_new_tokens % p.block_size == 0,
         "decoding.max_new_tokens must be a multiple of block_size",

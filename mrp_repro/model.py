@@ -25,11 +25,20 @@ Attention paths, all through `SDARModel.forward` with an explicit boolean mask:
 
 Rows of a batch are left-padded by whole blocks; pad keys are never attended to
 (`KVCache.valid`), so a row's output does not depend on its batch neighbours.
+
+Numerics (`NUMERICS`, switched per module tree by `use_numerics`; equal in fp32, they round apart in bf16):
+  "ours"      (default) RMSNorm normalises in fp32, casts, then scales in the input dtype (Qwen3's HF code);
+              attention always takes the explicit boolean mask.
+  "upstream"  as the released MRP code computes (issue 20; the upstream decoding family turns it on):
+              RMSNorm is `F.rms_norm` (normalise and scale in fp32, one rounding), and a call whose mask
+              is all True runs attention without a mask (their decode path's unmasked flash-attn call;
+              here SDPA's unmasked kernel). docs/upstream-remask.md: what still differs on a GPU.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -64,18 +73,59 @@ class ModelOutput(NamedTuple):
     hidden: torch.Tensor  # (B, T, H) final post-norm hidden states
 
 
+NUMERICS = ("ours", "upstream")
+
+
 class RMSNorm(nn.Module):
+    numerics = "ours"  # NUMERICS; set by use_numerics
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.numerics == "upstream":  # the released code: the product with the gain in fp32, one rounding
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # Normalise in fp32 like Qwen3 so bf16 runs match the reference within rounding.
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+
+def attention_mask(module: nn.Module, mask: torch.Tensor) -> torch.Tensor | None:
+    """The mask attention is called with: None where `module` runs upstream numerics and `mask` is all True (the
+    released code's decode calls pass no mask then; one host sync per forward), else `mask` itself."""
+    if getattr(module, "numerics", "ours") == "upstream" and bool(mask.all()):
+        return None
+    return mask
+
+
+@contextmanager
+def use_numerics(numerics: str, *modules: nn.Module | None):
+    """Run `modules` (a backbone, a head; None is skipped) and all their submodules with `numerics` (NUMERICS)
+    inside the block; each module's own setting is restored after it."""
+    if numerics not in NUMERICS:
+        raise ValueError(f"numerics={numerics!r}: choose one of {NUMERICS}")
+    subs = [m for mod in modules if mod is not None for m in mod.modules() if isinstance(m, RMSNorm | NumericsAware)]
+    saved = [m.__dict__.get("numerics") for m in subs]
+    for m in subs:
+        m.numerics = numerics
+    try:
+        yield
+    finally:
+        for m, old in zip(subs, saved, strict=True):
+            if old is None:
+                del m.numerics  # back to the class default
+            else:
+                m.numerics = old
+
+
+class NumericsAware:
+    """A module whose forward reads `self.numerics` (NUMERICS): SDARModel and the MRP head (attention_mask)."""
+
+    numerics = "ours"
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
@@ -226,7 +276,7 @@ def block_causal_mask(key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
     return allowed[:, None]
 
 
-class SDARModel(nn.Module):
+class SDARModel(NumericsAware, nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
@@ -267,6 +317,7 @@ class SDARModel(nn.Module):
             raise ValueError("a folded forward reads the cache; it cannot write it (use fold=1)")
         x = self.embed_tokens(input_ids)  # (B, T, H)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
+        mask = attention_mask(self, mask)
         W = input_ids.shape[1] if write_len is None else write_len
         for i, layer in enumerate(self.layers):
             x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None, fold)

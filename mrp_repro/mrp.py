@@ -29,7 +29,16 @@ from safetensors.torch import save_file
 
 from mrp_repro.checkpoint import CheckpointError, read_safetensors
 from mrp_repro.errors import UserError
-from mrp_repro.model import DecoderLayer, KVCache, ModelConfig, RMSNorm, block_causal_mask, rope_cos_sin
+from mrp_repro.model import (
+    DecoderLayer,
+    KVCache,
+    ModelConfig,
+    NumericsAware,
+    RMSNorm,
+    attention_mask,
+    block_causal_mask,
+    rope_cos_sin,
+)
 
 OBJECTIVES = ("residual", "direct")
 
@@ -42,7 +51,7 @@ class BackboneMismatchError(CheckpointError):
     """A head trained on another backbone than the one it is loaded on (same shapes, other weights)."""
 
 
-class MRPHead(nn.Module):
+class MRPHead(NumericsAware, nn.Module):
     def __init__(self, cfg: ModelConfig, num_layers: int = 1, objective: str = "residual"):
         super().__init__()
         if objective not in OBJECTIVES:
@@ -87,6 +96,7 @@ class MRPHead(nn.Module):
         return self.eh_proj(torch.cat([self.enorm(e), self.hnorm(h_in.to(e.dtype))], dim=-1))
 
     def _run(self, x, positions, mask, cache, write):
+        mask = attention_mask(self, mask)
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
         for i, layer in enumerate(self.layers):
             x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None)

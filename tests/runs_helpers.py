@@ -25,14 +25,15 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
     """Every mode, shaped like collect_runs' output. One difficulty per problem, shared by all settings (paired).
 
     good=True: speculative lossless and faster, remasking helps at low tau, MRP degrades gracefully with K
-    while naive collapses; good=False: the opposite. algorithms with "upstream": also upstream static and
-    speculative rows (algorithm "upstream", their counters set: their TPF is 1.5x the per-row one)."""
+    while naive collapses; good=False: the opposite. algorithms with "upstream": also upstream static,
+    speculative, dynamic and remasking (delta 1 and 2) rows (algorithm "upstream", their counters set: their TPF
+    is 1.5x the per-row one)."""
     rng = np.random.default_rng(seed)
     u = {b: rng.random(n) for b in benchmarks}
     rows = []
 
     def add(bench, mode, setting, p_correct, nfe_per_tok, wall_per_tok, identical=False, K=math.nan,
-            threshold=math.nan, rule="", drafter="", accept=0, algorithm="ours"):  # fmt: skip
+            threshold=math.nan, rule="", drafter="", accept=0, algorithm="ours", delta=None):  # fmt: skip
         for i in range(n):
             tokens = 32
             den = int(round(tokens * nfe_per_tok))
@@ -40,7 +41,8 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
             rows.append({
                 "model": model, "paper_model": paper_model, "benchmark": bench,
                 "problem_id": f"{bench}/{i}", "prompt_index": i, "mode": mode,
-                "setting": setting, "K": float(K), "threshold": float(threshold), "rule": rule, "drafter": drafter,
+                "setting": setting, "K": float(K), "threshold": float(threshold), "rule": rule,
+                "delta": delta if delta is not None else {"delta": 2.0}.get(rule, math.nan), "drafter": drafter,
                 "verify": "packed" if mode == "speculative" else "", "batch_size": batch_size,
                 "correct": bool(u[bench][i] < p_correct), "valid_chain": 1.0, "extracted": "x", "sandbox": "",
                 "text": f"out {i}", "tokens": tokens, "denoise_forwards": den, "commit_forwards": 4, "fused_commits": 0,
@@ -79,6 +81,12 @@ def synthetic_runs(model: str = "tiny", benchmarks=("synth-math", "synth-code"),
                 gain = (0.9 - tau) * 0.5 if good else -(0.9 - tau) * 0.3
                 add(b, "remask", f"remask({tau},{rule})", min(base + gain, 1.0), tau * 1.2, tau * 0.012,
                     threshold=tau, rule=rule)  # fmt: skip
+            if "upstream" in algorithms:  # their dynamic and remasking (delta sweep), a lower baseline
+                add(b, "dynamic", f"upstream_dynamic({tau})", base - 0.1, tau, tau * 0.01, threshold=tau,
+                    algorithm="upstream")  # fmt: skip
+                for delta in (1.0, 2.0):
+                    add(b, "remask", f"upstream_remask({tau},{delta:g})", base - 0.1 + 0.1 * delta, tau * 1.1,
+                        tau * 0.011, threshold=tau, rule="delta", algorithm="upstream", delta=delta)  # fmt: skip
     df = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
     assert list(df.columns) == list(RUN_COLUMNS)
     return df

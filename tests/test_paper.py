@@ -89,6 +89,23 @@ def test_remasking_table(runs):
     assert len(paper.remasking_table(runs, rule=None, n_boot=10)) == 2 * 4 * 2
 
 
+def test_remasking_table_keeps_the_families_apart():
+    """Upstream remasking rows pair with upstream dynamic(τ), one row per δ; ours stays the default table."""
+    runs = synthetic_runs(n=20, algorithms=("ours", "upstream"))
+    assert paper.remasking_table(runs, n_boot=0).equals(
+        paper.remasking_table(runs[runs["algorithm"] == "ours"], n_boot=0))
+    up = paper.remasking_table(runs, rule="delta", algorithm="upstream", n_boot=0)
+    assert "algorithm" not in up.columns and sorted(set(up["delta"])) == [1.0, 2.0] and len(up) == 2 * 4 * 2
+    base = runs[(runs["setting"] == "upstream_dynamic(0.5)") & (runs["benchmark"] == "synth-math")]
+    row = up[(up["benchmark"] == "synth-math") & (up["threshold"] == 0.5) & (up["delta"] == 1.0)].iloc[0]
+    assert row["baseline_accuracy"] == pytest.approx(100 * base["correct"].mean())  # its own family's baseline
+    both = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=0)
+    assert set(zip(both["algorithm"], both["rule"], strict=True)) == {("ours", "tau"), ("ours", "delta"),
+                                                                       ("upstream", "delta")}  # fmt: skip
+    assert len(both) == 2 * 4 * (2 + 2)  # benchmarks x thresholds x (ours tau, ours delta, upstream δ 1, 2)
+    assert both.loc[both["rule"] == "tau", "delta"].isna().all()
+
+
 def test_speculative_table_keeps_every_k(runs):
     t = paper.speculative_table(runs, n_boot=100)
     _same_shape(t, "speculative")

@@ -202,7 +202,7 @@ def test_lookahead_figure_labels_tpf(tmp_path, runs):
 
 
 def test_remasking_figure_every_rule_baseline_visible_paper_and_tpf(tmp_path, runs):
-    t = paper.remasking_table(runs, rule=None, n_boot=10)
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=10)
     fig = plots.plot_remasking(t, runs)
     _not_empty(fig)
     benches = list(dict.fromkeys(t["benchmark"]))
@@ -259,6 +259,23 @@ def test_kernels_figure_says_what_it_compares(tmp_path):
     assert fig._suptitle.get_text().startswith("triton vs torch vs torch.compile")
     assert all(len(_lines(ax)) == 3 for ax in fig.axes) and fig.axes[0].get_ylabel().startswith("achieved")
     _save(fig, tmp_path, "kernels_gpu")
+
+
+def test_remasking_figure_keeps_the_families_apart(tmp_path):
+    """Both families: each its own baseline, upstream one series per δ (never blended with ours' delta rule)."""
+    runs = synthetic_runs(n=10, algorithms=("ours", "upstream"))
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=0)
+    fig = plots.plot_remasking(t)
+    for ax in fig.axes:
+        lines = _lines(ax)
+        ours = [ln for ln in lines if not ln.get_label().endswith("paper)")]
+        assert [ln.get_label() for ln in ours] == [
+            "dynamic, no remasking (ours)", "upstream dynamic, no remasking (ours)", "MRP remask, rule delta (ours)",
+            "MRP remask, rule tau (ours)", "MRP remask, upstream δ=1 (ours)", "MRP remask, upstream δ=2 (ours)"]
+        assert all(len(ln.get_xdata()) == 4 for ln in ours)
+        colors = [matplotlib.colors.to_hex(ln.line.get_color()) for ln in ours]
+        assert len(set(colors)) == len(colors)  # every series its own colour
+    _save(fig, tmp_path, "remasking_families")
 
 
 def test_training_curve_and_trajectory(tmp_path):

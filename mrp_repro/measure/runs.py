@@ -14,7 +14,9 @@ decoding.speculative_k x drafter {mrp, oracle, naive}; direct steps {1, 2} + dec
 naive lookahead K in decoding.lookahead_k (reveals K + 1 tokens per forward); remask tau in
 {0.5, 0.3} + thresholds x decoding.remask_rules. With "upstream" in decoding.algorithms (and a head), the
 released code's speculative for every K (decoding.upstream, draft logits decoding.upstream_draft_logits) and its
-static, their reference (column `algorithm`); without "ours" there, our speculative is left out.
+static, their reference (column `algorithm`); without "ours" there, our speculative is left out. With "upstream"
+and a head, also the released code's remasking (decoding.upstream_remask): UpstreamDynamic(tau), its baseline, and
+UpstreamRemask(tau, delta) for delta in decoding.upstream_remask_deltas, at every remasking tau.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from mrp_repro.decoding import (
     Static,
 )
 from mrp_repro.decoding.upstream import UpstreamSpeculative, UpstreamStatic
+from mrp_repro.decoding.upstream_remask import UpstreamDynamic, UpstreamRemask
 from mrp_repro.measure.schema import MODES, RUN_COLUMNS, UPSTREAM_COUNTERS
 from mrp_repro.tasks import synthetic
 
@@ -95,9 +98,11 @@ def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str,
     if "ours" in d.algorithms:
         drafters = [dr for dr in DRAFTERS if dr != "mrp" or head is not None]
         out += [("speculative", Speculative(K, dr, head=head)) for K in d.speculative_k for dr in drafters]
-    if "upstream" in d.algorithms and head is not None and "speculative" in modes:
-        # their static is the reference of their speculative (identical_to_static), decoded with it
+    upstream = "upstream" in d.algorithms and head is not None
+    if upstream and {"speculative", "dynamic", "remask"} & set(modes):
+        # their static is the reference of their other settings (identical_to_static), decoded with them
         out += [("static", UpstreamStatic())]
+    if upstream and "speculative" in modes:
         out += [("speculative", UpstreamSpeculative(K, head, d.upstream_draft_logits, d.upstream_sum_scale))
                 for K in d.speculative_k]  # fmt: skip
     if head is not None:  # direct steps 1/2 (the direct table) and every lookahead K (the lookahead table)
@@ -110,6 +115,10 @@ def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str,
             for rule in (r for r in REMASK_RULES if r in d.remask_rules):
                 delta = {"delta": d.remask_delta, "logp-delta": d.remask_logp_delta}.get(rule)
                 out.append(("remask", Remask(t, rule, delta=delta, head=head)))
+        if upstream:  # the released code's remasking, paired with its own dynamic(tau)
+            for t in remask_taus:
+                out.append(("dynamic", UpstreamDynamic(t)))
+                out += [("remask", UpstreamRemask(t, x, head=head)) for x in d.upstream_remask_deltas]
     return [(m, p) for m, p in out if m in modes]
 
 
@@ -123,6 +132,7 @@ def _setting_columns(mode: str, pol: Policy) -> dict:
         "K": float(K()) if K else math.nan,
         "threshold": float(pol.tau) if mode in ("dynamic", "remask") else math.nan,
         "rule": pol.rule if mode == "remask" else "",
+        "delta": float(pol.delta) if mode == "remask" and getattr(pol, "delta", None) is not None else math.nan,
         "drafter": pol.drafter if mode == "speculative" else "",
         "verify": str(getattr(pol, "verify", "")) if mode == "speculative" else "",
     }

@@ -39,7 +39,9 @@ RUN_COLUMNS: dict[str, str] = {
     "K": "speculative: draft length; direct: MRP steps (= lookahead K); naive: lookahead K, i.e. tokens "
     "revealed per forward beyond the backbone's own pick (the policy reveals K + 1). NaN otherwise",
     "threshold": "confidence threshold tau of dynamic and remask; NaN otherwise",
-    "rule": "remask rule (tau, delta, loo, sequential, logp-delta); '' otherwise",
+    "rule": "remask rule (tau, delta, loo, sequential, logp-delta; upstream remasking: delta); '' otherwise",
+    "delta": "remask: the threshold delta of the delta rules (ours: delta, logp-delta; upstream: the veto "
+    "|C[p, token]| > delta, decoding.upstream_remask); NaN otherwise",
     "drafter": "speculative drafter (mrp, oracle, naive); '' otherwise",
     "verify": "speculative verify path (the policy's `verify` attribute); '' otherwise",
     "batch_size": "rows decoded together (1: latency regime, else the throughput regime)",
@@ -57,7 +59,8 @@ RUN_COLUMNS: dict[str, str] = {
     "rounds": "speculative verify rounds",
     "drafted": "speculative draft tokens proposed",
     "accepted": "speculative draft tokens accepted",
-    "revoked": "remasking: revealed tokens revoked",
+    "revoked": "remasking: revealed tokens revoked (ours) or proposals vetoed before they were written (upstream: "
+    "their num_residual_vetoed, summed over rows)",
     "accept_lengths": "speculative: drafts accepted per round, space-separated (a string: survives CSV)",
     "wall_s": "the batch's wall seconds split evenly over its rows",
     "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
@@ -94,8 +97,8 @@ UPSTREAM_COUNTERS = {
 MODES = ("static", "dynamic", "speculative", "direct", "naive", "remask")
 
 #: the columns that identify one decoding setting of one model on one benchmark
-SETTING_KEYS = ["model", "benchmark", "algorithm", "mode", "setting", "K", "threshold", "rule", "drafter", "verify",
-                "batch_size"]
+SETTING_KEYS = ["model", "benchmark", "algorithm", "mode", "setting", "K", "threshold", "rule", "delta", "drafter",
+                "verify", "batch_size"]
 
 
 def require(df: pd.DataFrame, columns: Iterable[str], what: str) -> pd.DataFrame:

@@ -233,39 +233,50 @@ def _no_rows(what: str, need: str) -> ValueError:
 
 
 def remasking_table(runs: pd.DataFrame, rule: str | None = "tau", n_boot: int = 1000, ci: float = 0.95,
-                    seed: int = 0) -> pd.DataFrame:  # fmt: skip
+                    seed: int = 0, algorithm: str | None = "ours") -> pd.DataFrame:  # fmt: skip
     """τ sweep by model x benchmark: dynamic(τ) baseline vs MRP remask(τ, rule), paired gain (points) with CI.
 
-    ``rule=None`` keeps every remasking rule (one row per rule, column ``rule``)."""
+    ``rule=None`` keeps every remasking rule (one row per rule, column ``rule``). ``algorithm``: ours (default),
+    upstream (the released code's remasking, decoding.upstream_remask: rule delta, one row per δ of
+    decoding.upstream_remask_deltas) or None (both, column ``algorithm``); each remask row is paired with the
+    dynamic(τ) of its own algorithm, never pooled. Column ``delta`` (kept where any row has one): the δ of the
+    delta rules; every δ of a sweep is its own row."""
     what = "remasking_table"
-    require(runs, _BASE, what)
+    require(runs, _BASE + ["delta"], what)
     base, rem = runs[runs["mode"] == "dynamic"], runs[runs["mode"] == "remask"]
+    if algorithm is not None:
+        base, rem = base[base["algorithm"] == algorithm], rem[rem["algorithm"] == algorithm]
     if rule is not None:
         rem = rem[rem["rule"] == rule]
     if rem.empty:
-        raise _no_rows(what, "remask" + (f" rule={rule}" if rule else ""))
+        raise _no_rows(what, "remask" + (f" rule={rule}" if rule else "") + (f" algorithm={algorithm}" if algorithm
+                                                                                 else ""))  # fmt: skip
     rows = []
-    for (model, tau, bench, r), g in rem.groupby(["model", "threshold", "benchmark", "rule"]):
-        b = base[(base["model"] == model) & (base["benchmark"] == bench) & np.isclose(base["threshold"], tau)]
+    keys_by = ["model", "algorithm", "threshold", "benchmark", "rule", "delta"]
+    for (model, algo, tau, bench, r, delta), g in rem.groupby(keys_by, dropna=False):
+        b = base[(base["model"] == model) & (base["benchmark"] == bench) & np.isclose(base["threshold"], tau)
+                 & (base["algorithm"] == algo)]  # fmt: skip
         if b.empty:
-            raise ValueError(f"{what}: no dynamic({tau}) rows for {model} / {bench} to pair remask({tau}) with")
+            raise ValueError(f"{what}: no {algo} dynamic({tau}) rows for {model} / {bench} to pair remask({tau}) with")
         p = _paired(g, b, ["correct"], what)
-        row = {"model": model, "threshold": float(tau), "benchmark": bench, "rule": r, "n": len(p)}
+        row = {"model": model, "threshold": float(tau), "benchmark": bench, "algorithm": algo, "rule": r,
+               "delta": float(delta), "n": len(p)}  # fmt: skip
         _acc(row, "baseline_accuracy", p["correct_s"], n_boot, ci, seed)
         _acc(row, "mrp_remask_accuracy", p["correct_m"], n_boot, ci, seed)
         d = stats.paired_diff(p["correct_m"], p["correct_s"], n_boot, ci, seed)
         row.update(gain=d["diff"], gain_lo=d["diff_lo"], gain_hi=d["diff_hi"], gain_p=d["p_value"])
         rows.append(row)
     keys = ["model", "threshold", "benchmark"]
-    ours = pd.DataFrame(rows).sort_values(["model", "rule", "benchmark", "threshold"])
+    ours = pd.DataFrame(rows).sort_values(["model", "algorithm", "rule", "delta", "benchmark", "threshold"])
     out = _with_paper(ours, "remasking", keys, ["baseline_accuracy", "mrp_remask_accuracy"], _paper_models(runs))
     out["paper_gain"] = out["paper_mrp_remask_accuracy"] - out["paper_baseline_accuracy"]
     cols = [c for c in out.columns if c != "paper_gain"]
     i = cols.index("gain_hi") + 1
     out = out[cols[:i] + ["paper_gain"] + cols[i:]]
-    if rule is not None:
-        out = out.drop(columns="rule")
-    return out.reset_index(drop=True)
+    # the both-families table (algorithm=None) keeps algorithm and delta always: plots.plot_remasking reads them
+    drop = [c for c, gone in (("rule", rule is not None), ("algorithm", algorithm is not None),
+                              ("delta", algorithm is not None and out["delta"].isna().all())) if gone]  # fmt: skip
+    return out.drop(columns=drop).reset_index(drop=True)
 
 
 def speculative_table(runs: pd.DataFrame, drafter: str = "mrp", n_boot: int = 1000, ci: float = 0.95,

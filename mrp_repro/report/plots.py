@@ -116,6 +116,8 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
 #: black, thick and under them, so a rule that equals it (delta, often) shows as a thin line on a thick one
 _RULE_STYLE = {"tau": (3, "o", "-"), "delta": (0, "v", "--"), "loo": (2, "s", "-."), "sequential": (4, "D", ":"),
                "logp-delta": (5, "^", (0, (5, 1, 1, 1)))}  # fmt: skip
+#: the upstream family (the released code): its baseline grey and thick, its δ series in their own colours
+_UPSTREAM_BASE = dict(color="0.55", marker="P", ms=9, mfc="white", mew=1.5, lw=3.0, zorder=3)
 
 
 def _rule_style(rule: str, i: int) -> tuple:
@@ -129,45 +131,69 @@ def _tpf_by(runs: pd.DataFrame, keys: list[str]) -> pd.Series:
     return g["tokens"] / g["denoise_forwards"].where(g["denoise_forwards"] > 0)
 
 
-def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
-    """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, on top), one MRP remasking
-    series per rule (its own colour, marker and line style), and the paper's two series for the run's
-    paper_model (grey, dashed: baseline and MRP remasking, at the τ the paper ran); with `runs` (the dynamic
-    and remask runs the table was built from), a second row: the TPF each series reaches, so a gain bought
-    with fewer tokens per forward shows as such. The legend sits below the panels.
+def _remask_series(t: pd.DataFrame) -> list[tuple]:
+    """(algorithm, rule, delta or None) of every remasking series, ours first."""
+    deltas = [None if pd.isna(x) else float(x) for x in t["delta"]]  # NaN never equals itself: None as the key
+    keys = dict.fromkeys(zip(t["algorithm"], t["rule"], deltas, strict=True))
+    return sorted(keys, key=lambda k: (k[0] != "ours", list(keys).index(k)))
 
-    table: paper.remasking_table(rule=None); one row per benchmark x rule x τ."""
+
+def _series_label(algo: str, rule: str, delta) -> str:
+    return f"MRP remask, rule {rule} (ours)" if algo == "ours" else f"MRP remask, upstream δ={delta:g} (ours)"
+
+
+def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
+    """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, thick, under the rest), one MRP
+    remasking series per rule (its own colour, marker and line style), and the paper's two series for the run's
+    paper_model (grey, dashed: baseline and MRP remasking, at the τ the paper ran). A table of both families
+    (remasking_table(algorithm=None)) adds the upstream family's own dynamic baseline (grey) and one upstream
+    remasking series per δ, each paired with its own baseline. With `runs` (the dynamic and remask runs the table
+    was built from), a second row: the TPF each series reaches, so a gain bought with fewer tokens per forward
+    shows as such. The legend sits below the panels.
+
+    table: paper.remasking_table(rule=None); one row per benchmark x algorithm x rule x δ x τ."""
     what = "plot_remasking"
-    _need(table, ["benchmark", "threshold", "rule", "baseline_accuracy", "mrp_remask_accuracy",
+    _need(table, ["benchmark", "algorithm", "delta", "threshold", "rule", "baseline_accuracy", "mrp_remask_accuracy",
                   "paper_baseline_accuracy", "paper_mrp_remask_accuracy", "paper_model"], what)  # fmt: skip
-    _unique(table, ["benchmark", "rule", "threshold"], what)
+    _unique(table, ["benchmark", "algorithm", "rule", "delta", "threshold"], what)
     tpf = None
     if runs is not None:
-        _need(runs, ["benchmark", "mode", "rule", "threshold", "tokens", "denoise_forwards"], what)
+        _need(runs, ["benchmark", "algorithm", "mode", "rule", "delta", "threshold", "tokens", "denoise_forwards"],
+              what)  # fmt: skip
         r = runs[runs["mode"].isin(["dynamic", "remask"])].assign(threshold=lambda d: d["threshold"].round(3))
-        tpf = _tpf_by(r.assign(rule=r["rule"].where(r["mode"] == "remask", "")), ["benchmark", "rule", "threshold"])
+        r = r.assign(rule=r["rule"].where(r["mode"] == "remask", ""), delta=r["delta"].fillna(-1.0))
+        tpf = _tpf_by(r, ["benchmark", "algorithm", "rule", "delta", "threshold"])
     set_theme()
     benches = list(dict.fromkeys(table["benchmark"]))
     nrows = 1 if tpf is None else 2
-    fig, axes = plt.subplots(nrows, len(benches), figsize=(4.6 * len(benches), 3.3 * nrows + 0.9), squeeze=False,
+    fig, axes = plt.subplots(nrows, len(benches), figsize=(4.6 * len(benches), 3.3 * nrows + 1.1), squeeze=False,
                              sharex=True, sharey="row")  # fmt: skip
-    rules = list(dict.fromkeys(table["rule"]))
-    style = {r: _rule_style(r, i) for i, r in enumerate(rules)}
+    series = _remask_series(table)
+    upstream_colors = iter(sns.color_palette("Greens_d", max(1, sum(a != "ours" for a, _, _ in series))))
+    style = {}
+    for i, (algo, rule, d) in enumerate(series):
+        style[(algo, rule, d)] = _rule_style(rule, i) if algo == "ours" else (next(upstream_colors), "P", "-")
+    algos = list(dict.fromkeys(a for a, _, _ in series))
+    base_styles = {"ours": dict(color="black", marker="s", ms=10, mfc="white", mew=1.8, lw=3.5, zorder=3),
+                   "upstream": _UPSTREAM_BASE}  # fmt: skip
+    base_labels = {"ours": "dynamic, no remasking (ours)", "upstream": "upstream dynamic, no remasking (ours)"}
     paper_model = str(table["paper_model"].iloc[0])
-    base_style = dict(color="black", marker="s", ms=10, mfc="white", mew=1.8, lw=3.5, zorder=3)
     for j, b in enumerate(benches):
         g = table[table["benchmark"] == b]
-        base = g.drop_duplicates("threshold").sort_values("threshold")
         ax = axes[0][j]
-        ax.errorbar(base["threshold"], base["baseline_accuracy"], yerr=_yerr(base, "baseline_accuracy"), capsize=3,
-                    label="dynamic, no remasking (ours)", **base_style)  # fmt: skip
-        for r in rules:
-            h = g[g["rule"] == r].sort_values("threshold")
-            color, marker, ls = style[r]
+        for algo in algos:
+            base = g[g["algorithm"] == algo].drop_duplicates("threshold").sort_values("threshold")
+            ax.errorbar(base["threshold"], base["baseline_accuracy"], yerr=_yerr(base, "baseline_accuracy"),
+                        capsize=3, label=base_labels[algo], **base_styles[algo])  # fmt: skip
+        for algo, rule, d in series:
+            same_d = g["delta"].isna() if d is None else np.isclose(g["delta"], d)
+            h = g[(g["algorithm"] == algo) & (g["rule"] == rule) & same_d].sort_values("threshold")
+            color, marker, ls = style[(algo, rule, d)]
             ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
                         color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
-                        label=f"MRP remask, rule {r} (ours)")  # fmt: skip
-        p = base[base["paper_baseline_accuracy"].notna()]
+                        label=_series_label(algo, rule, d))  # fmt: skip
+        ours_base = g[g["algorithm"] == algos[0]].drop_duplicates("threshold").sort_values("threshold")
+        p = ours_base[ours_base["paper_baseline_accuracy"].notna()]
         if len(p):
             ax.plot(p["threshold"], p["paper_baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
                     label=f"dynamic, no remasking ({paper_model}, paper)")  # fmt: skip
@@ -177,24 +203,30 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
         ax.set_ylabel(LABELS["accuracy"])
         if tpf is not None:
             ax = axes[1][j]
-            t = tpf.loc[b] if b in tpf.index.get_level_values(0) else None
-            if t is None or "" not in t.index.get_level_values(0):
+            if b not in tpf.index.get_level_values(0):
                 raise ValueError(f"{what}: the runs hold no dynamic rows for {b}")
-            d = t.loc[""].sort_index()
-            ax.plot(d.index, d.to_numpy(), label="_tpf dynamic", **base_style)
-            for r in rules:
-                if r in t.index.get_level_values(0):
-                    h = t.loc[r].sort_index()
-                    color, marker, ls = style[r]
+            t = tpf.loc[b]
+            for algo in algos:
+                key = (algo, "", -1.0)
+                if key not in t.index.droplevel(-1):
+                    raise ValueError(f"{what}: the runs hold no {algo} dynamic rows for {b}")
+                d0 = t.loc[key].sort_index()
+                ax.plot(d0.index, d0.to_numpy(), label=f"_tpf {algo} dynamic", **base_styles[algo])
+            for algo, rule, d in series:
+                key = (algo, rule, -1.0 if d is None else d)
+                if key in t.index.droplevel(-1):
+                    h = t.loc[key].sort_index()
+                    color, marker, ls = style[(algo, rule, d)]
                     ax.plot(h.index, h.to_numpy(), color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
-                            label=f"_tpf {r}")  # fmt: skip
+                            label=f"_tpf {algo} {rule} {d}")  # fmt: skip
             ax.set_ylabel("tokens per denoising forward")
         axes[-1][j].set_xlabel(LABELS["threshold"])
     handles, labels = axes[0][0].get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: (not labels[i].endswith("(ours)"), i))  # ours, then the paper
-    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower center", ncol=3, frameon=False,
+    ncol = 3
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower center", ncol=ncol, frameon=False,
                fontsize=8)  # fmt: skip
-    fig.tight_layout(rect=(0, 0.035 * math.ceil(len(labels) / 3) / nrows, 1, 1))
+    fig.tight_layout(rect=(0, 0.035 * math.ceil(len(labels) / ncol) / nrows, 1, 1))
     return fig
 
 
