@@ -136,6 +136,14 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, revision: str | None
         ) from e
 
 
+def snapshot_commit(path: str | os.PathLike) -> str | None:
+    """The hub commit a resolved checkpoint directory came from: a hub-cache snapshot is
+    <cache>/models--owner--name/snapshots/<commit>; None for any other directory (a local copy)."""
+    p = Path(path)
+    hex40 = len(p.name) == 40 and all(c in "0123456789abcdef" for c in p.name)
+    return p.name if p.parent.name == "snapshots" and hex40 else None
+
+
 def _safetensor_files(ckpt: Path) -> list[Path]:
     index = ckpt / "model.safetensors.index.json"
     if index.exists():

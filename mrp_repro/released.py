@@ -64,6 +64,7 @@ class ReleasedInfo:
     revision: str | None
     num_layers: int
     fingerprint: str | None
+    commit: str | None = None  # the hub commit `path` resolved to (checkpoint.snapshot_commit); None: local
 
 
 def parse_pretrained(spec: str) -> tuple[str, str | None]:
@@ -85,7 +86,22 @@ def released_dir(spec: str, root: Path | None = None) -> Path:
         return root / p
     if p.is_dir():
         return p
-    return ckpt_io.resolve_checkpoint_dir(name, rev)
+    if p.is_absolute() or spec.startswith((".", "~")) or name.count("/") != 1:
+        raise ckpt_io.CheckpointError(
+            f"mrp.pretrained {spec!r}: no such directory; set mrp.pretrained to a directory holding a released head "
+            "(config.json + *.safetensors) or to a hub id owner/name[@revision]"
+        )
+    try:
+        return ckpt_io.resolve_checkpoint_dir(name, rev)
+    except ckpt_io.CheckpointError as e:  # its advice names model.local_dir, the backbone's setting: not this one
+        cause = e.__cause__ or e
+        pin = f" --revision {rev}" if rev else ""
+        raise ckpt_io.CheckpointError(
+            f"mrp.pretrained {spec!r}: could not fetch {name}@{rev or 'main'} from the hub ({type(cause).__name__}: "
+            f"{' '.join(str(cause).split())[:200]}). Download the head where the hub is reachable "
+            f"(huggingface-cli download {name}{pin} --local-dir <dir>) and set mrp.pretrained: <dir> (a local "
+            "directory in the released layout: config.json + *.safetensors), or set HF_HOME to a cache that holds it"
+        ) from e
 
 
 def _names(num_layers: int) -> list[str]:
@@ -199,7 +215,7 @@ def load_released_head(spec: str, bb, objective: str = "residual", num_layers: i
         )
     for p in head.parameters():
         p.requires_grad_(False)
-    return head, ReleasedInfo(spec, path, rev, head.num_layers, fp)
+    return head, ReleasedInfo(spec, path, rev, head.num_layers, fp, ckpt_io.snapshot_commit(path))
 
 
 def save_released(model, head: MRPHead, out_dir, block_size: int, extra: dict | None = None) -> Path:

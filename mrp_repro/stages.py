@@ -64,6 +64,8 @@ __all__ = [
     "train_head",
     "head",
     "pretrained_head",
+    "released_heldout",
+    "released_about",
     "main",
 ]
 
@@ -274,7 +276,8 @@ def head_dir(profile: Profile, bb: Backbone) -> Path:
     """runs/<profile>/mrp-<hash>/: head/ (weights, config), metrics.json, loss curves, ckpt.pt."""
     # the online recipe reads no trajectories, so their settings do not name its head
     sections = ("mrp", "mrp_training", "data") + (("trajectories",) if profile.mrp_training.recipe == "offline" else ())
-    key = hashlib.sha256((profile.section_hash(*sections) + "|" + model_fingerprint(bb.model)).encode())
+    key = profile.section_hash(*sections, exclude=("mrp_training.beside_pretrained",))  # whether, not what
+    key = hashlib.sha256((key + "|" + model_fingerprint(bb.model)).encode())
     return artifact_dir(profile, "mrp", key.hexdigest()[:12])
 
 
@@ -302,8 +305,13 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
         try:
             _load_head(bb, out, allow_backbone_mismatch)
             return out
-        except BackboneMismatchError:
-            raise
+        except BackboneMismatchError as e:  # load_head's "rerun the stage" would reuse this directory: say so
+            raise BackboneMismatchError(
+                f"{out} holds a finished head trained on another backbone than the one loaded "
+                f"({model_fingerprint(bb.model)}); rerunning the stage reuses it. Delete {out} and rerun "
+                f"{HEAD_COMMAND.format(name=profile.name)} to train one for this backbone, or pass "
+                f"--allow-backbone-mismatch (allow_backbone_mismatch=True) to use it anyway. ({e})"
+            ) from e
         except (HeadNotFoundError, ckpt_io.CheckpointError) as e:
             print(f"stages.head: {e}; rewriting the head from {out / 'ckpt.pt'}", file=sys.stderr)
             (out / "done.json").unlink()
@@ -336,6 +344,52 @@ def head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_m
 
         compile_model(bb.model, h)  # the backbone is compiled already (backbone()); this compiles the head
     return h
+
+
+#: the released head's held-out check (notebook 04): GSM8K train in the chat template (benchmark-train prompts with
+#: their gold answers; the SDAR SFT set is ~53 GB), RELEASED_HELDOUT_SAMPLES samples packed at mrp_training.seq_len,
+#: the last RELEASED_HELDOUT_SEQS packed sequences, the online recipe's fixed held-out noise
+RELEASED_HELDOUT_SOURCE = "gsm8k"
+RELEASED_HELDOUT_SAMPLES = 256
+RELEASED_HELDOUT_SEQS = 8
+
+
+@torch.no_grad()
+def released_heldout(profile: Profile, bb: Backbone, head: MRPHead, spec: str | None = None) -> dict:
+    """Held-out KL(B || A + C) of a loaded head against the uncorrected KL(B || A) (the claim mrp-fits-residual),
+    measured as the online recipe measures its held-out set (training.online), on RELEASED_HELDOUT_SEQS packed
+    sequences of RELEASED_HELDOUT_SOURCE. Nothing is trained. The released heads were trained on chat SFT data
+    that may include GSM8K train: the check is of the fit, not of generalisation."""
+    from mrp_repro.training import online
+
+    tc = profile.mrp_training
+    src = profile.replace({"mrp_training.sft_source": RELEASED_HELDOUT_SOURCE, "mrp_training.sft_split": "train",
+                           "mrp_training.max_samples": RELEASED_HELDOUT_SAMPLES})  # fmt: skip
+    data, sha = online.load_packed(src, bb)
+    rows = torch.arange(max(0, len(data) - RELEASED_HELDOUT_SEQS), len(data))
+    dev = bb.model.lm_head.weight.device
+    m = online._heldout(head, bb.model, data, rows, profile, bb.mask_id, tc.micro_batch_size, dev,
+                        online._amp_for(bb.model, dev))  # fmt: skip
+    return {"head": spec or profile.mrp.pretrained, "source": f"{RELEASED_HELDOUT_SOURCE} train", "data_sha256": sha,
+            "sequences": len(rows), "seq_len": tc.seq_len, "heldout_slots": m["heldout_slots"],
+            "heldout_kl": m["heldout_kl"], "heldout_uncorrected_kl": m["heldout_baseline_kl"],
+            "ratio": m["heldout_kl"] / max(m["heldout_baseline_kl"], 1e-12)}  # fmt: skip
+
+
+def released_about(profile: Profile, bb: Backbone, head: MRPHead, info) -> list[tuple[str, str]]:
+    """(key, value) rows of what notebook 04 loaded and checked: the spec, the resolved commit and each file's sha256
+    (inputs.resolve), the head's shape, the backbone fingerprint compared, dtype and device."""
+    from mrp_repro import inputs
+
+    recs = inputs.recorded(profile) or inputs.record(profile, quiet=True)
+    files = next((r["files"] for r in recs if r["input"] == "head"), {})
+    rows = [("pretrained", info.spec), ("path", str(info.path)), ("requested revision", str(info.revision)),
+            ("resolved commit", str(info.commit or "local directory")), ("head layers", info.num_layers),
+            ("objective", head.objective), ("parameters", sum(p.numel() for p in head.parameters())),
+            ("backbone fingerprint (checked)", str(info.fingerprint)),
+            ("dtype", str(next(head.parameters()).dtype)), ("device", str(bb.device))]  # fmt: skip
+    rows += [(f"sha256 {name}", sha) for name, sha in files.items()]
+    return [(k, str(v)) for k, v in rows]
 
 
 def pretrained_head(profile: Profile, bb: Backbone):
@@ -399,7 +453,8 @@ def main(argv: list[str] | None = None) -> None:
     elif profile.mrp.pretrained:
         _, info = pretrained_head(profile, bb)
         print(json.dumps({"pretrained": info.spec, "path": str(info.path), "revision": info.revision,
-                          "num_layers": info.num_layers, "backbone_fingerprint": info.fingerprint}))  # fmt: skip
+                          "commit": info.commit, "num_layers": info.num_layers,
+                          "backbone_fingerprint": info.fingerprint}))  # fmt: skip
     else:
         out = train_head(profile, bb, progress, args.allow_backbone_mismatch)
         if d.is_main:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from mrp_repro import distributed
+from mrp_repro import inputs as run_inputs
 from mrp_repro.decoding import (
     DRAFTERS,
     REMASK_RULES,
@@ -126,7 +127,8 @@ def batch_order(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[
 
 
 def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_size: int, max_new_tokens: int,
-                model: str, paper_model: str = "", progress: bool = False) -> pd.DataFrame:  # fmt: skip
+                model: str, paper_model: str = "", progress: bool = False,
+                inputs: str = "") -> pd.DataFrame:  # fmt: skip
     """Decode every problem with `policy`; one runs record per problem, in the input order (identical_to_static
     is left False: collect_runs fills it against the static run of the same problems).
 
@@ -154,7 +156,8 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
             text = decode(backbone, res.tokens[j])
             sc = score_problem(p, text)
             rows[i] = {
-                "model": model, "paper_model": paper_model, "benchmark": p.benchmark, "problem_id": p.task_id,
+                "model": model, "paper_model": paper_model, "inputs": inputs, "benchmark": p.benchmark,
+                "problem_id": p.task_id,
                 "prompt_index": i, **setting,
                 "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),
                 "extracted": sc["extracted"], "sandbox": sc.get("sandbox", ""), "text": text, "tokens": s.tokens,
@@ -187,12 +190,14 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
     bs, max_new = batch_size or d.batch_size, max_new_tokens or d.max_new_tokens
     settings = static_first(profile, head, settings, "collect_runs")
     model = model_for_profile(profile)
+    resolved = run_inputs.summary_for(profile)  # recorded by notebook 00, else resolved now
     frames = []
     for bench in benchmarks or profile.evaluation.benchmarks:
         problems = eval_problems(profile, bench, n_prompts)
         ref = None
         for mode, pol in settings:
-            df = run_setting(backbone, problems, mode, pol, bs, max_new, model, profile.paper.model, progress=progress)
+            df = run_setting(backbone, problems, mode, pol, bs, max_new, model, profile.paper.model, progress=progress,
+                             inputs=resolved)  # fmt: skip
             ref = df["text"].to_numpy() if ref is None else ref
             df["identical_to_static"] = df["text"].to_numpy() == ref
             frames.append(df)

@@ -65,13 +65,15 @@ RESULTS = {
     "trajectories": ("02_trajectories", "trajectory collection summary"),
     "adjacent": ("03_adjacent_step_logits", "KL / top-1 agreement by step distance and subset, trained vs random"),
     "mrp_curve": ("04_train_mrp", "MRP training curve: train / held-out KL, uncorrected baseline"),
+    "mrp_heldout": ("04_train_mrp", "released head (mrp.pretrained), nothing trained: held-out KL(B‖A+C) vs the "
+                    "uncorrected KL(B‖A) on packed GSM8K-train sequences (stages.released_heldout)"),
     "speculative_runs": ("05_speculative", "runs frame at batch 1: static + speculative(K, every drafter)"),
     "modes_runs": ("05_speculative", "runs frame of every mode at the decoding batch size (05-07 share it)"),
     "trace": ("07_remasking", "engine trace of one remasking generation"),
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
-RESULTS_SCHEMA = "runs-v5"
+RESULTS_SCHEMA = "runs-v6"  # v6: the `inputs` column (resolved hub inputs)
 
 #: the modes of each table's slice of modes_runs (split_runs)
 RUN_SPLITS = {
