@@ -16,13 +16,14 @@ STAMP := $(VENV)/.setup-stamp
 KERNEL := mrp-repro
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test reproduce lab clean distclean
+.PHONY: help setup test reproduce lab clean distclean gpu-check
 
 help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
 	@echo "make test        setup, then pytest (PYTEST_ARGS=... passes through)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
+	@echo "make gpu-check   setup, then the GPU check (kernels, bf16 verify, engine at SDAR-4B shapes; <= 8 min) into figures/gpu_check-<device>/"
 	@echo "make lab         setup, then JupyterLab on notebooks/"
 	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
 
@@ -46,6 +47,9 @@ test: setup
 
 reproduce: setup
 	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
+
+gpu-check: setup
+	$(VPY) -m mrp_repro.gpu_check
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
