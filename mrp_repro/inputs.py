@@ -150,8 +150,9 @@ def _sft(profile: Profile, cache: dict) -> list[dict]:
 
     tc, root = profile.mrp_training, data_dir(profile)
     out = []
-    training = not profile.mrp.pretrained or tc.beside_pretrained
-    if training and tc.recipe == "online":
+    from mrp_repro.released import trains_head
+
+    if trains_head(profile) and tc.recipe == "online":
         src = tc.sft_source
         if src == "gsm8k":
             local = root / bm._LOCAL[("gsm8k", tc.sft_split)] if root is not None else None

@@ -31,8 +31,9 @@ from mrp_repro import checkpoint as ckpt_io
 from mrp_repro.errors import UserError
 from mrp_repro.mrp import PREFIX, MRPHead, head_from_released
 
-__all__ = ["RELEASED_HEADS", "ReleasedHeadMismatch", "parse_pretrained", "released_dir", "fingerprint_tensors",
-           "released_fingerprint", "backbone_fingerprint", "load_released_head", "ReleasedInfo"]  # fmt: skip
+__all__ = ["RELEASED_HEADS", "ReleasedHeadMismatch", "trains_head", "parse_pretrained", "released_dir",
+           "fingerprint_tensors", "released_fingerprint", "backbone_fingerprint", "load_released_head",
+           "ReleasedInfo"]  # fmt: skip
 
 #: the authors' heads, spelled as in their scripts: 3-layer residual (k = 1), two-step (-k2), direct ablation
 RELEASED_HEADS = tuple(
@@ -65,6 +66,12 @@ class ReleasedInfo:
     num_layers: int
     fingerprint: str | None
     commit: str | None = None  # the hub commit `path` resolved to (checkpoint.snapshot_commit); None: local
+
+
+def trains_head(profile) -> bool:
+    """Whether a run of `profile` trains a head of ours (and, offline, collects its trajectories): always without
+    mrp.pretrained; with it, only when mrp_training.beside_pretrained asks (notebooks 02 and 04, mrp_repro.inputs)."""
+    return not profile.mrp.pretrained or profile.mrp_training.beside_pretrained
 
 
 def parse_pretrained(spec: str) -> tuple[str, str | None]:
