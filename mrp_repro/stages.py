@@ -360,12 +360,17 @@ def released_heldout(profile: Profile, bb: Backbone, head: MRPHead, spec: str | 
     measured as the online recipe measures its held-out set (training.online), on RELEASED_HELDOUT_SEQS packed
     sequences of RELEASED_HELDOUT_SOURCE. Nothing is trained. The released heads were trained on chat SFT data
     that may include GSM8K train: the check is of the fit, not of generalisation."""
+    from mrp_repro.runtime import data_dir
+    from mrp_repro.tasks import benchmarks, sft
     from mrp_repro.training import online
 
     tc = profile.mrp_training
-    src = profile.replace({"mrp_training.sft_source": RELEASED_HELDOUT_SOURCE, "mrp_training.sft_split": "train",
-                           "mrp_training.max_samples": RELEASED_HELDOUT_SAMPLES})  # fmt: skip
-    data, sha = online.load_packed(src, bb)
+    # GSM8K train as tasks.benchmarks reads it (data.data_dir / $MRP_REPRO_DATA, else the hub through `datasets`;
+    # unreachable: one error naming both), as chat SFT records (question -> answer), packed as the online recipe packs
+    recs = benchmarks._read_records(RELEASED_HELDOUT_SOURCE, data_dir(profile), "train")[:RELEASED_HELDOUT_SAMPLES]
+    data = sft.pack(sft.iter_samples(recs, bb.tokenizer, profile.block_size, bb.eos_ids[0]), tc.seq_len,
+                    profile.block_size, pad_id=bb.pad_id)  # fmt: skip
+    sha = hashlib.sha256(data.ids.numpy().tobytes() + data.answer.numpy().tobytes()).hexdigest()[:16]
     rows = torch.arange(max(0, len(data) - RELEASED_HELDOUT_SEQS), len(data))
     dev = bb.model.lm_head.weight.device
     m = online._heldout(head, bb.model, data, rows, profile, bb.mask_id, tc.micro_batch_size, dev,
