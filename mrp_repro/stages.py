@@ -7,6 +7,7 @@
     d = stages.trajectories(P, bb, "self")     # collects (or resumes, or reuses) one trajectory source
     head = stages.head(P, bb)                  # trains the MRP head once; on bb's device and in bb's dtype
                                                # (or loads the released one of mrp.pretrained: mrp_repro.released)
+    stages.released_heldout(P, bb, head)       # a loaded head's held-out KL(B || A + C) vs KL(B || A); no training
 
 Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
 valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
