@@ -18,7 +18,7 @@ STAMP := $(VENV)/.setup-stamp
 KERNEL := mrp-repro
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test reproduce lab clean distclean
+.PHONY: help setup test reproduce lab clean distclean gpu-check
 
 help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
@@ -27,6 +27,7 @@ help:
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/) and compares (docs/published.md)"
+	@echo "make gpu-check   setup, then the GPU check (kernels, bf16 verify, engine at SDAR-4B shapes; <= 8 min) into figures/gpu_check-<device>/"
 	@echo "make lab         setup, then JupyterLab on notebooks/"
 	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
 
@@ -50,6 +51,9 @@ test: setup
 
 reproduce: setup
 	$(if $(FROM_SCRATCH),MRP_REPRO_FROM_SCRATCH=$(FROM_SCRATCH) )$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
+
+gpu-check: setup
+	$(VPY) -m mrp_repro.gpu_check
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

@@ -131,9 +131,18 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, revision: str | None
     except Exception as e:  # offline, unknown repo, bad revision: say what to do
         raise CheckpointError(
             f"could not fetch {name_or_path}@{revision or 'main'} from the hub ({type(e).__name__}: {e}). "
-            "Download it where the hub is reachable (huggingface-cli download) and point the profile's "
-            "model.local_dir at that directory, or set HF_HOME to a cache that holds it."
+            f"Download it where the hub is reachable (huggingface-cli download {name_or_path}"
+            f"{' --revision ' + revision if revision else ''} --local-dir <dir>) and set model.source: local and "
+            "model.local_dir: <dir> in the profile, or set HF_HOME to a cache that holds it."
         ) from e
+
+
+def snapshot_commit(path: str | os.PathLike) -> str | None:
+    """The hub commit a resolved checkpoint directory came from: a hub-cache snapshot is
+    <cache>/models--owner--name/snapshots/<commit>; None for any other directory (a local copy)."""
+    p = Path(path)
+    hex40 = len(p.name) == 40 and all(c in "0123456789abcdef" for c in p.name)
+    return p.name if p.parent.name == "snapshots" and hex40 else None
 
 
 def _safetensor_files(ckpt: Path) -> list[Path]:

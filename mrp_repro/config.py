@@ -174,6 +174,10 @@ class MRPTrainingConfig:
     # block's masked slots, scored by their log-confidence under A + C (training/mrp.py mrp_loss):
     # what decides whether a speculative draft is accepted. 0: the paper's plain KL.
     pick_loss_weight: float = 0.0
+    # With mrp.pretrained set, nothing is trained: notebook 04 shows the released head and measures its held-out
+    # KL (stages.released_heldout). True also trains a head of ours with this recipe beside it (stages.train_head;
+    # on an SDAR profile that is the paper's full online run). Not part of the head's cache key (stages.head_dir).
+    beside_pretrained: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,14 +287,19 @@ class Profile:
         """First 12 hex chars of sha256 over the canonical JSON of the whole tree."""
         return _digest(self.to_dict())
 
-    def section_hash(self, *sections: str) -> str:
-        """Hash of only `sections` (plus block_size and seed): a stage's cache key."""
+    def section_hash(self, *sections: str, exclude: tuple[str, ...] = ()) -> str:
+        """Hash of only `sections` (plus block_size and seed): a stage's cache key. `exclude`: dotted keys left
+        out (settings that say whether a stage runs, not what it makes, so adding one keeps existing keys)."""
         d = self.to_dict()
         unknown = [s for s in sections if s not in SECTIONS]
         if unknown:
             raise ConfigError(f"unknown section(s) {unknown}; valid: {sorted(SECTIONS)}")
         sub = {"block_size": d["block_size"], "seed": d["seed"]}
         sub.update({s: d[s] for s in sorted(set(sections))})
+        for key in exclude:
+            section, _, name = key.partition(".")
+            if section in sub:
+                sub[section].pop(name)
         return _digest(sub)
 
     def replace(self, overrides: dict[str, Any]) -> Profile:

@@ -1,9 +1,13 @@
 """One GPU check (issue 14): kernels, verify mismatch per path, and the engine at SDAR-4B shapes, one table.
 
+    make gpu-check                                               # = python -m mrp_repro.gpu_check (the default DIR)
     python -m mrp_repro.gpu_check --out DIR                      # on a CUDA machine: <= 8 min on one H100/H200
     python -m mrp_repro.gpu_check --out DIR --device cpu --small # the same code at tiny shapes, seconds (the test)
 
-Writes DIR/gpu_check.md and DIR/gpu_check.csv, one row per measurement: section, item, value, unit, note.
+Writes DIR/gpu_check.md and DIR/gpu_check.csv, one row per measurement: section, item, value, unit, note. DIR
+defaults to figures/gpu_check-<device>/ (the device's name in lower case, e.g. figures/gpu_check-nvidia-h200/;
+$MRP_REPRO_FIGURES moves figures/). The engine section's "block forward (batch 1)" is the per-forward cost the quick
+check's wall-time estimate takes: python -m mrp_repro.report.quickcheck --forward-ms <ms>.
   kernels   mrp_repro.kernels.bench.run_benchmark: ms and GB/s per op x N x implementation
   mismatch  mrp_repro.decoding.mismatch.mismatch_table in bf16 on the device: generations differing from Static(1)
             per verify path (exact, fold, loop, packed) and whether the verify logits are bitwise forward_block's
@@ -132,9 +136,20 @@ def engine_rows(dev, small: bool, compiled: bool) -> list[dict]:
     return rows
 
 
+def default_out(dev: torch.device) -> Path:
+    """figures/gpu_check-<device name, lower case, non-alphanumerics as '-'>/ (under $MRP_REPRO_FIGURES if set)."""
+    import re
+
+    from mrp_repro.kernels.bench import _device_name
+    from mrp_repro.runtime import figures_root
+
+    slug = re.sub(r"[^a-z0-9]+", "-", _device_name(dev).lower()).strip("-") or dev.type
+    return figures_root() / f"gpu_check-{slug}"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None, help="default: figures/gpu_check-<device name>/")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--small", action="store_true", help="tiny shapes: the same code in seconds")
     ap.add_argument("--compile", action="store_true", help="also time the compiled engine (default on CUDA only)")
@@ -142,6 +157,8 @@ def main(argv=None) -> None:
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device here; run it on a GPU machine, or pass --device cpu --small")
     dev = torch.device(a.device)
+    if a.out is None:
+        a.out = default_out(dev)
     rows = kernel_rows(dev, a.small) + mismatch_rows(dev, a.small)
     rows += engine_rows(dev, a.small, compiled=a.compile or dev.type == "cuda")
     df = pd.DataFrame(rows, columns=["section", "item", "value", "unit", "note"])
@@ -151,6 +168,7 @@ def main(argv=None) -> None:
 
     (a.out / "gpu_check.md").write_text(f"# gpu_check on {a.device}\n\n" + markdown(df) + "\n")
     print(markdown(df))
+    print(f"gpu_check: wrote {a.out / 'gpu_check.md'} and gpu_check.csv")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,9 @@ from mrp_repro import checkpoint as ckpt_io
 from mrp_repro.errors import UserError
 from mrp_repro.mrp import PREFIX, MRPHead, head_from_released
 
-__all__ = ["RELEASED_HEADS", "ReleasedHeadMismatch", "parse_pretrained", "released_dir", "fingerprint_tensors",
-           "released_fingerprint", "backbone_fingerprint", "load_released_head", "ReleasedInfo"]  # fmt: skip
+__all__ = ["RELEASED_HEADS", "ReleasedHeadMismatch", "trains_head", "parse_pretrained", "released_dir",
+           "fingerprint_tensors", "released_fingerprint", "backbone_fingerprint", "load_released_head",
+           "ReleasedInfo"]  # fmt: skip
 
 #: the authors' heads, spelled as in their scripts: 3-layer residual (k = 1), two-step (-k2), direct ablation
 RELEASED_HEADS = tuple(
@@ -64,6 +65,13 @@ class ReleasedInfo:
     revision: str | None
     num_layers: int
     fingerprint: str | None
+    commit: str | None = None  # the hub commit `path` resolved to (checkpoint.snapshot_commit); None: local
+
+
+def trains_head(profile) -> bool:
+    """Whether a run of `profile` trains a head of ours (and, offline, collects its trajectories): always without
+    mrp.pretrained; with it, only when mrp_training.beside_pretrained asks (notebooks 02 and 04, mrp_repro.inputs)."""
+    return not profile.mrp.pretrained or profile.mrp_training.beside_pretrained
 
 
 def parse_pretrained(spec: str) -> tuple[str, str | None]:
@@ -85,7 +93,22 @@ def released_dir(spec: str, root: Path | None = None) -> Path:
         return root / p
     if p.is_dir():
         return p
-    return ckpt_io.resolve_checkpoint_dir(name, rev)
+    if p.is_absolute() or spec.startswith((".", "~")) or name.count("/") != 1:
+        raise ckpt_io.CheckpointError(
+            f"mrp.pretrained {spec!r}: no such directory; set mrp.pretrained to a directory holding a released head "
+            "(config.json + *.safetensors) or to a hub id owner/name[@revision]"
+        )
+    try:
+        return ckpt_io.resolve_checkpoint_dir(name, rev)
+    except ckpt_io.CheckpointError as e:  # its advice names model.local_dir, the backbone's setting: not this one
+        cause = e.__cause__ or e
+        pin = f" --revision {rev}" if rev else ""
+        raise ckpt_io.CheckpointError(
+            f"mrp.pretrained {spec!r}: could not fetch {name}@{rev or 'main'} from the hub ({type(cause).__name__}: "
+            f"{' '.join(str(cause).split())[:200]}). Download the head where the hub is reachable "
+            f"(huggingface-cli download {name}{pin} --local-dir <dir>) and set mrp.pretrained: <dir> (a local "
+            "directory in the released layout: config.json + *.safetensors), or set HF_HOME to a cache that holds it"
+        ) from e
 
 
 def _names(num_layers: int) -> list[str]:
@@ -199,7 +222,7 @@ def load_released_head(spec: str, bb, objective: str = "residual", num_layers: i
         )
     for p in head.parameters():
         p.requires_grad_(False)
-    return head, ReleasedInfo(spec, path, rev, head.num_layers, fp)
+    return head, ReleasedInfo(spec, path, rev, head.num_layers, fp, ckpt_io.snapshot_commit(path))
 
 
 def save_released(model, head: MRPHead, out_dir, block_size: int, extra: dict | None = None) -> Path:

@@ -8,6 +8,7 @@
     d = stages.trajectories(P, bb, "self")     # collects (or resumes, or reuses) one trajectory source
     head = stages.head(P, bb)                  # trains the MRP head once; on bb's device and in bb's dtype
                                                # (or loads the released one of mrp.pretrained: mrp_repro.released)
+    stages.released_heldout(P, bb, head)       # a loaded head's held-out KL(B || A + C) vs KL(B || A); no training
 
 Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
 valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
@@ -68,6 +69,8 @@ __all__ = [
     "train_head",
     "head",
     "pretrained_head",
+    "released_heldout",
+    "released_about",
     "main",
 ]
 
@@ -293,7 +296,8 @@ def head_key(profile: Profile, backbone_fingerprint: str) -> str:
     """The cache key of a trained head: its directory is runs/<profile>/mrp-<key>/."""
     # the online recipe reads no trajectories, so their settings do not name its head
     sections = ("mrp", "mrp_training", "data") + (("trajectories",) if profile.mrp_training.recipe == "offline" else ())
-    return hashlib.sha256((profile.section_hash(*sections) + "|" + backbone_fingerprint).encode()).hexdigest()[:12]
+    key = profile.section_hash(*sections, exclude=("mrp_training.beside_pretrained",))  # whether, not what
+    return hashlib.sha256((key + "|" + backbone_fingerprint).encode()).hexdigest()[:12]
 
 
 def head_dir(profile: Profile, bb: Backbone) -> Path:
@@ -332,8 +336,13 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
         try:
             _load_head(bb, out, allow_backbone_mismatch)
             return out
-        except BackboneMismatchError:
-            raise
+        except BackboneMismatchError as e:  # load_head's "rerun the stage" would reuse this directory: say so
+            raise BackboneMismatchError(
+                f"{out} holds a finished head trained on another backbone than the one loaded "
+                f"({model_fingerprint(bb.model)}); rerunning the stage reuses it. Delete {out} and rerun "
+                f"{HEAD_COMMAND.format(name=profile.name)} to train one for this backbone, or pass "
+                f"--allow-backbone-mismatch (allow_backbone_mismatch=True) to use it anyway. ({e})"
+            ) from e
         except (HeadNotFoundError, ckpt_io.CheckpointError) as e:
             print(f"stages.head: {e}; rewriting the head from {out / 'ckpt.pt'}", file=sys.stderr)
             (out / "done.json").unlink()
@@ -366,6 +375,57 @@ def head(profile: Profile, bb: Backbone, progress: bool = True, allow_backbone_m
 
         compile_model(bb.model, h)  # the backbone is compiled already (backbone()); this compiles the head
     return h
+
+
+#: the released head's held-out check (notebook 04): GSM8K train in the chat template (benchmark-train prompts with
+#: their gold answers; the SDAR SFT set is ~53 GB), RELEASED_HELDOUT_SAMPLES samples packed at mrp_training.seq_len,
+#: the last RELEASED_HELDOUT_SEQS packed sequences, the online recipe's fixed held-out noise
+RELEASED_HELDOUT_SOURCE = "gsm8k"
+RELEASED_HELDOUT_SAMPLES = 256
+RELEASED_HELDOUT_SEQS = 8
+
+
+@torch.no_grad()
+def released_heldout(profile: Profile, bb: Backbone, head: MRPHead, spec: str | None = None) -> dict:
+    """Held-out KL(B || A + C) of a loaded head against the uncorrected KL(B || A) (the claim mrp-fits-residual),
+    measured as the online recipe measures its held-out set (training.online), on RELEASED_HELDOUT_SEQS packed
+    sequences of RELEASED_HELDOUT_SOURCE. Nothing is trained. The released heads were trained on chat SFT data
+    that may include GSM8K train: the check is of the fit, not of generalisation."""
+    from mrp_repro.runtime import data_dir
+    from mrp_repro.tasks import benchmarks, sft
+    from mrp_repro.training import online
+
+    tc = profile.mrp_training
+    # GSM8K train as tasks.benchmarks reads it (data.data_dir / $MRP_REPRO_DATA, else the hub through `datasets`;
+    # unreachable: one error naming both), as chat SFT records (question -> answer), packed as the online recipe packs
+    recs = benchmarks._read_records(RELEASED_HELDOUT_SOURCE, data_dir(profile), "train")[:RELEASED_HELDOUT_SAMPLES]
+    data = sft.pack(sft.iter_samples(recs, bb.tokenizer, profile.block_size, bb.eos_ids[0]), tc.seq_len,
+                    profile.block_size, pad_id=bb.pad_id)  # fmt: skip
+    sha = hashlib.sha256(data.ids.numpy().tobytes() + data.answer.numpy().tobytes()).hexdigest()[:16]
+    rows = torch.arange(max(0, len(data) - RELEASED_HELDOUT_SEQS), len(data))
+    dev = bb.model.lm_head.weight.device
+    m = online._heldout(head, bb.model, data, rows, profile, bb.mask_id, tc.micro_batch_size, dev,
+                        online._amp_for(bb.model, dev))  # fmt: skip
+    return {"head": spec or profile.mrp.pretrained, "source": f"{RELEASED_HELDOUT_SOURCE} train", "data_sha256": sha,
+            "sequences": len(rows), "seq_len": tc.seq_len, "heldout_slots": m["heldout_slots"],
+            "heldout_kl": m["heldout_kl"], "heldout_uncorrected_kl": m["heldout_baseline_kl"],
+            "ratio": m["heldout_kl"] / max(m["heldout_baseline_kl"], 1e-12)}  # fmt: skip
+
+
+def released_about(profile: Profile, bb: Backbone, head: MRPHead, info) -> list[tuple[str, str]]:
+    """(key, value) rows of what notebook 04 loaded and checked: the spec, the resolved commit and each file's sha256
+    (inputs.resolve), the head's shape, the backbone fingerprint compared, dtype and device."""
+    from mrp_repro import inputs
+
+    recs = inputs.recorded(profile) or inputs.record(profile, quiet=True)
+    files = next((r["files"] for r in recs if r["input"] == "head"), {})
+    rows = [("pretrained", info.spec), ("path", str(info.path)), ("requested revision", str(info.revision)),
+            ("resolved commit", str(info.commit or "local directory")), ("head layers", info.num_layers),
+            ("objective", head.objective), ("parameters", sum(p.numel() for p in head.parameters())),
+            ("backbone fingerprint (checked)", str(info.fingerprint)),
+            ("dtype", str(next(head.parameters()).dtype)), ("device", str(bb.device))]  # fmt: skip
+    rows += [(f"sha256 {name}", sha) for name, sha in files.items()]
+    return [(k, str(v)) for k, v in rows]
 
 
 def pretrained_head(profile: Profile, bb: Backbone):
@@ -433,7 +493,8 @@ def main(argv: list[str] | None = None) -> None:
     elif profile.mrp.pretrained:
         _, info = pretrained_head(profile, bb)
         print(json.dumps({"pretrained": info.spec, "path": str(info.path), "revision": info.revision,
-                          "num_layers": info.num_layers, "backbone_fingerprint": info.fingerprint}))  # fmt: skip
+                          "commit": info.commit, "num_layers": info.num_layers,
+                          "backbone_fingerprint": info.fingerprint}))  # fmt: skip
     else:
         out = train_head(profile, bb, progress, args.allow_backbone_mismatch)
         if d.is_main:

@@ -131,3 +131,141 @@ def test_hub_id_at_revision_loads_from_a_warm_cache(setup, tmp_path, monkeypatch
         importlib.reload(huggingface_hub.constants)
     assert torch.equal(_forward(got, bb), _forward(ours.eval(), bb))
     assert json.loads((snap / "config.json").read_text())["num_nextn_predict_layers"] == 2
+
+
+# ----------------------------------------------------------------------------- errors whose advice recovers (issue 21)
+
+
+def _offline_empty_hub(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    importlib.reload(huggingface_hub.constants)
+
+
+def test_unfetchable_hub_head_names_mrp_pretrained_and_following_it_recovers(setup, tmp_path, monkeypatch):
+    """The fetch error names mrp.pretrained (not model.local_dir, the backbone's) and a local directory; doing what
+    it says (download the head into a directory, point mrp.pretrained at it) loads the head."""
+    import shutil
+
+    import huggingface_hub.constants
+
+    prof, bb, ours, out = setup
+    _offline_empty_hub(tmp_path, monkeypatch)
+    try:
+        with pytest.raises(CheckpointError) as e:
+            stages.head(prof.replace({"mrp.pretrained": "heavyball/sdar-x-mrp-2lyr@" + "d" * 40}), bb)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)
+    msg = str(e.value)
+    assert "\n" not in msg and "mrp.pretrained" in msg and "model.local_dir" not in msg
+    assert "--local-dir <dir>" in msg and "set mrp.pretrained: <dir>" in msg and "--revision " + "d" * 40 in msg
+    downloaded = shutil.copytree(out, tmp_path / "downloaded")  # what `huggingface-cli download --local-dir` writes
+    got = stages.head(prof.replace({"mrp.pretrained": str(downloaded)}), bb, progress=False)
+    assert torch.equal(_forward(got, bb), _forward(ours.eval(), bb))
+
+
+def test_finished_head_of_another_backbone_names_a_fix_that_does_not_loop(tmp_runs):
+    """A finished head whose recorded backbone is not the loaded one: rerunning the stage reuses the directory (the
+    old advice looped); the error says to delete it, and doing so trains a head for this backbone."""
+    import shutil
+
+    from mrp_repro.mrp import BackboneMismatchError
+    from mrp_repro.trajectories import model_fingerprint
+
+    p = load_profile("smoke").replace({"mrp_training.steps": 2, "mrp_training.ckpt_every": 2,
+                                       "trajectories.n_prompts": 4, "trajectories.shard_size": 4})  # fmt: skip
+    bb = stages.random_backbone(p, std=0.2, seed=0)
+    out = stages.train_head(p, bb, progress=False)
+    meta_path = out / "head" / "mrp_config.json"
+    meta = json.loads(meta_path.read_text())
+    meta["backbone_hash"] = "0123456789abcdef"  # as if trained on another backbone
+    meta_path.write_text(json.dumps(meta))
+    for _ in range(2):  # the stage as the old advice said: the same error again
+        with pytest.raises(BackboneMismatchError) as e:
+            stages.train_head(p, bb, progress=False)
+    msg = str(e.value)
+    assert f"Delete {out} and rerun" in msg and "--allow-backbone-mismatch" in msg
+    assert "0123456789abcdef" in msg and model_fingerprint(bb.model) in msg
+    shutil.rmtree(out)  # the advice
+    assert stages.train_head(p, bb, progress=False) == out
+    assert json.loads(meta_path.read_text())["backbone_hash"] == model_fingerprint(bb.model)
+    assert isinstance(stages.head(p, bb, progress=False), MRPHead)
+
+
+# ----------------------------------------------------------------------------- resolved inputs (issue 21)
+
+
+def _hub_snapshot(cache, repo, src_dir, commit):
+    """A hub-cache snapshot of src_dir as huggingface_hub writes one: blobs named by their sha256, links to them."""
+    import hashlib
+
+    base = cache / f"models--{repo.replace('/', '--')}"
+    snap = base / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (base / "blobs").mkdir(exist_ok=True)
+    for f in src_dir.iterdir():
+        data = f.read_bytes()
+        blob = base / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / f.name).symlink_to(blob)
+    (base / "refs").mkdir(exist_ok=True)
+    (base / "refs" / "main").write_text(commit)
+    return snap
+
+
+def test_inputs_record_commits_and_sha256s_of_a_hub_checkpoint(setup, tmp_path, monkeypatch, capsys):
+    """A backbone and a released head in a hub cache at `main`: the record holds the commit each resolved to and the
+    sha256 of each file (equal to hashing the bytes), prints the line that pins each, names a commit that moved since
+    the cached results, and the runs rows carry the summary."""
+    import hashlib
+
+    import huggingface_hub.constants
+
+    from mrp_repro import inputs
+    from mrp_repro.checkpoint import save_backbone
+    from mrp_repro.decoding import Static
+    from mrp_repro.measure.runs import collect_runs
+
+    prof, bb, ours, out = setup
+    cache = tmp_path / "hub"
+    a, b = "a" * 40, "b" * 40
+    bdir = save_backbone(bb.model, tmp_path / "bb-src")
+    _hub_snapshot(cache, "org/sdar-x", bdir, a)
+    head_snap = _hub_snapshot(cache, "heavyball/sdar-x-mrp-2lyr", out, b)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    importlib.reload(huggingface_hub.constants)
+    try:
+        P = prof.replace({"model.source": "hub", "model.hub_id": "org/sdar-x", "model.revision": "main",
+                          "mrp.pretrained": "heavyball/sdar-x-mrp-2lyr"})  # fmt: skip
+        recs = {r["input"]: r for r in inputs.record(P)}
+        err = capsys.readouterr().err
+        assert recs["backbone"]["commit"] == a and recs["head"]["commit"] == b
+        weights = (head_snap / "model.safetensors").read_bytes()
+        assert recs["head"]["files"]["model.safetensors"] == hashlib.sha256(weights).hexdigest()
+        assert recs["backbone"]["files"]["model.safetensors"] == hashlib.sha256(
+            (bdir / "model.safetensors").read_bytes()).hexdigest()
+        assert f"model.revision: {a}" in err and f"mrp.pretrained: heavyball/sdar-x-mrp-2lyr@{b}" in err
+        assert inputs.pin_hints(inputs.resolve(P.replace({"model.revision": a}))) == [
+            f"mrp.pretrained: heavyball/sdar-x-mrp-2lyr@{b}   # resolved `main` to this"]  # a pinned one needs none
+        head, info = stages.pretrained_head(P, bb)
+        assert info.commit == b
+        runs = collect_runs(P, bb, head, n_prompts=1, benchmarks=[P.evaluation.benchmarks[0]],
+                            settings=[("static", Static(1))])  # fmt: skip
+        summary = inputs.summary(inputs.recorded(P))
+        assert set(runs["inputs"]) == {summary} and f"@{b[:12]}#" in summary and f"@{a[:12]}#" in summary
+        # `main` moves: the record says which input changed since the cached results
+        c = "c" * 40
+        _hub_snapshot(cache / "moved", "heavyball/sdar-x-mrp-2lyr", out, c)
+        (cache / "models--heavyball--sdar-x-mrp-2lyr" / "snapshots" / c).symlink_to(
+            cache / "moved" / "models--heavyball--sdar-x-mrp-2lyr" / "snapshots" / c)
+        (cache / "models--heavyball--sdar-x-mrp-2lyr" / "refs" / "main").write_text(c)
+        inputs.record(P)
+        err = capsys.readouterr().err
+        assert f"head (mrp.pretrained): commit {b} -> {c}" in err and "changed since its cached results" in err
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)

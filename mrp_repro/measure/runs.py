@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from mrp_repro import distributed
+from mrp_repro import inputs as run_inputs
 from mrp_repro.decoding import (
     DRAFTERS,
     REMASK_RULES,
@@ -146,7 +147,8 @@ def batch_order(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[
 
 
 def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_size: int, max_new_tokens: int,
-                model: str, paper_model: str = "", progress: bool = False) -> pd.DataFrame:  # fmt: skip
+                model: str, paper_model: str = "", progress: bool = False,
+                inputs: str = "") -> pd.DataFrame:  # fmt: skip
     """Decode every problem with `policy`; one runs record per problem, in the input order (identical_to_static
     is left False: collect_runs fills it against the static run of the same problems).
 
@@ -174,7 +176,8 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
             text = decode(backbone, res.tokens[j])
             sc = score_problem(p, text)
             rows[i] = {
-                "model": model, "paper_model": paper_model, "benchmark": p.benchmark, "problem_id": p.task_id,
+                "model": model, "paper_model": paper_model, "inputs": inputs, "benchmark": p.benchmark,
+                "problem_id": p.task_id,
                 "prompt_index": i, **setting,
                 "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),
                 "extracted": sc["extracted"], "sandbox": sc.get("sandbox", ""), "text": text, "tokens": s.tokens,
@@ -219,7 +222,7 @@ def identical_to_static(refs: dict, policy, text):
 
 
 def decode_batch(backbone, problems: Sequence, indices: Sequence[int], settings, batch_size: int,
-                 max_new_tokens: int, model: str, paper_model: str = "") -> pd.DataFrame:  # fmt: skip
+                 max_new_tokens: int, model: str, paper_model: str = "", inputs: str = "") -> pd.DataFrame:  # fmt: skip
     """One batch of a benchmark (`problems`, at positions `indices` of its evaluation list) decoded with every
     setting in turn, each algorithm's static(1) first (that algorithm's reference of identical_to_static). Every
     setting of a prompt runs back to back, so a slow stretch of the machine hits static and the others alike: their
@@ -227,7 +230,8 @@ def decode_batch(backbone, problems: Sequence, indices: Sequence[int], settings,
     measure.sharded decode through it."""
     frames, refs = [], {}
     for mode, pol in settings:
-        df = run_setting(backbone, problems, mode, pol, batch_size, max_new_tokens, model, paper_model)
+        df = run_setting(backbone, problems, mode, pol, batch_size, max_new_tokens, model, paper_model,
+                         inputs=inputs)  # fmt: skip
         df["prompt_index"] = [indices[i] for i in df["prompt_index"]]
         df["identical_to_static"] = identical_to_static(refs, pol, df["text"].to_numpy())
         frames.append(df)
@@ -250,6 +254,7 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
     settings = static_first(profile, head, settings, "collect_runs")
     rank = {p.name: i for i, (_, p) in enumerate(settings)}
     model = model_for_profile(profile)
+    resolved = run_inputs.summary_for(profile)  # recorded by notebook 00, else resolved now
     frames = []
     for bench in benchmarks or profile.evaluation.benchmarks:
         problems = eval_problems(profile, bench, n_prompts)
@@ -259,7 +264,7 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
 
             batches = tqdm(batches, desc=f"{bench} ({len(settings)} settings)", leave=False, dynamic_ncols=True)
         parts = [decode_batch(backbone, [problems[i] for i in idx], idx, settings, bs, max_new, model,
-                              profile.paper.model) for idx in batches]  # fmt: skip
+                              profile.paper.model, resolved) for idx in batches]  # fmt: skip
         df = pd.concat(parts, ignore_index=True)
         df = df.assign(_r=df["setting"].map(rank)).sort_values(["_r", "prompt_index"], kind="stable")
         frames.append(df.drop(columns="_r"))

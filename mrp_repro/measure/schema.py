@@ -28,6 +28,10 @@ RUN_COLUMNS: dict[str, str] = {
     "else the profile name (tiny, smoke, sdar-mini)",
     "paper_model": "the paper model this run is compared with (the profile's paper.model): every paper value "
     "beside a row is this model's, blank where the paper does not report it",
+    "inputs": "the resolved hub inputs the row was decoded with (mrp_repro.inputs.summary): per model input "
+    "`backbone|head=<source>@<commit, else the requested revision, else local>#<12 hex of the sha256 over its files' "
+    "sha256s>`, `;`-joined; each file's sha256 in runs/<profile>/inputs-<profile hash>.json; empty for a scratch "
+    "backbone without a released head",
     "benchmark": "our benchmark: synth-math, synth-code, gsm8k, math500, humaneval, mbpp",
     "problem_id": "the problem's id within its benchmark (Problem.task_id)",
     "prompt_index": "the problem's position in the benchmark's evaluation list (0-based)",

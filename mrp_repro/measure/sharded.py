@@ -34,6 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from mrp_repro import distributed
+from mrp_repro import inputs as run_inputs
 from mrp_repro.errors import UserError
 from mrp_repro.measure.runs import batch_order, decode_batch, eval_problems, model_for_profile, static_first
 from mrp_repro.measure.schema import RUN_COLUMNS
@@ -71,6 +72,7 @@ def grid_key(profile, backbone, head, shards: list[dict], settings, batch_size: 
     spec = dict(
         model=model_for_profile(profile),
         paper_model=profile.paper.model,
+        inputs=run_inputs.summary_for(profile),  # other hub commits or file bytes: other rows
         prompts=[[s["benchmark"], [p.task_id for p in s["problems"]]] for s in shards],
         settings=[p.name for _, p in settings],
         batch_size=batch_size,
@@ -104,9 +106,9 @@ def shard_problem(shard_dir: Path, shard: dict, key: str) -> str | None:
 
 
 def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_tokens: int, model: str,
-                  paper_model: str) -> pd.DataFrame:  # fmt: skip
+                  paper_model: str, inputs: str = "") -> pd.DataFrame:  # fmt: skip
     return decode_batch(backbone, shard["problems"], shard["indices"], settings, batch_size, max_new_tokens, model,
-                        paper_model)  # fmt: skip
+                        paper_model, inputs)  # fmt: skip
 
 
 def _write_shard(shard_dir: Path, shard: dict, df: pd.DataFrame, key: str, d: distributed.Dist, profile,
@@ -170,9 +172,10 @@ def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, 
 
         mine = tqdm(mine, desc=f"grid shards (rank {d.rank}/{d.world})", dynamic_ncols=True)
     model = model_for_profile(profile)
+    resolved = run_inputs.summary_for(profile)
     for s in mine:
         t0 = time.perf_counter()
-        df = _decode_shard(backbone, s, settings, bs, max_new, model, profile.paper.model)
+        df = _decode_shard(backbone, s, settings, bs, max_new, model, profile.paper.model, resolved)
         _write_shard(shard_dir, s, df, key, d, profile, seconds=time.perf_counter() - t0)
     d.barrier()
     if not d.is_main:

@@ -68,13 +68,16 @@ RESULTS = {
     "trajectories": ("02_trajectories", "trajectory collection summary"),
     "adjacent": ("03_adjacent_step_logits", "KL / top-1 agreement by step distance and subset, trained vs random"),
     "mrp_curve": ("04_train_mrp", "MRP training curve: train / held-out KL, uncorrected baseline"),
+    "mrp_heldout": ("04_train_mrp", "released head (mrp.pretrained), nothing trained: held-out KL(B‖A+C) vs the "
+                    "uncorrected KL(B‖A) on packed GSM8K-train sequences (stages.released_heldout)"),
     "speculative_runs": ("05_speculative", "runs frame at batch 1: static + speculative(K, every drafter)"),
     "modes_runs": ("05_speculative", "runs frame of every mode at the decoding batch size (05-07 share it)"),
     "trace": ("07_remasking", "engine trace of one remasking generation"),
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
-RESULTS_SCHEMA = "runs-v7"  # v6: naive settings named naive_mtp(K); v7: the algorithm column (ours / upstream)
+# v6: naive settings named naive_mtp(K); v7: the algorithm column (ours / upstream); v8: the inputs column
+RESULTS_SCHEMA = "runs-v8"
 
 #: the (mode, algorithm) pairs of each table's slice of modes_runs (split_runs): direct and naive exist in our
 #: algorithm only, so their slices hold our static alone; remasking keeps both algorithms (a key of its table)
