@@ -134,9 +134,12 @@ def heavy_stages(profile, param: str, nproc: int) -> None:
         from mrp_repro.errors import UserError
 
         raise UserError(f"the backbone stage failed (its error is above); rerun `{' '.join(cmd[1:])}` to see it alone")
-    launches = [("mrp_repro.stages", ["trajectories", "--profile", param, "--source", s], "trajectories")
-                for s in profile.trajectories.sources]  # fmt: skip
-    if not profile.mrp.pretrained:
+    from mrp_repro.released import trains_head
+
+    launches = []
+    if trains_head(profile):  # a released head alone (mrp.pretrained) trains nothing and reads no trajectories
+        launches += [("mrp_repro.stages", ["trajectories", "--profile", param, "--source", s], "trajectories")
+                     for s in profile.trajectories.sources]  # fmt: skip
         launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))
     launches.append(("mrp_repro.report.grids", ["--profile", param], "grids"))
     for module, args, what in launches:

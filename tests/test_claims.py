@@ -190,3 +190,13 @@ def test_malformed_table_names_the_missing_column(broken):
     assert "subset" in rep.loc["adjacent-similar", "reason"]
     assert "heldout_uncorrected_kl" in rep.loc["mrp-fits-residual", "reason"]
     assert "identical_share" in rep.loc["speculative-lossless", "reason"]
+
+
+def test_fits_residual_reads_the_released_heads_heldout_check():
+    """A released-head run trains nothing: the claim reads notebook 04's held-out check of the loaded head."""
+    held = pd.DataFrame([{"heldout_kl": 0.05, "heldout_uncorrected_kl": 0.09, "sequences": 8, "source": "gsm8k train"}])
+    rep = claims.check_claims({"mrp_heldout": held})
+    r = rep[rep["id"] == "mrp-fits-residual"].iloc[0]
+    assert r["verdict"] == claims.HOLDS and "released head" in r["ours"]
+    rep = claims.check_claims({"mrp_heldout": held.assign(heldout_kl=13.8)})  # a random head: not closer
+    assert rep.loc[rep["id"] == "mrp-fits-residual", "verdict"].iloc[0] == claims.NOT

@@ -147,15 +147,24 @@ _REMASK_FAMILY = f"algorithm {REMASK_CLAIMS_FROM['algorithm']}, rule {REMASK_CLA
 
 
 def _mrp_fits_residual(tables, ctx) -> list[Outcome]:
-    if m := missing(tables, "mrp_curve"):
-        return m
-    cols = ["step", "heldout_kl", "heldout_uncorrected_kl"]
-    c = require(tables["mrp_curve"], cols, "mrp-fits-residual")[cols].dropna()
-    if c.empty:
-        return na("no step with both held-out and uncorrected KL")
-    last = c.sort_values("step").iloc[-1]
-    h, b = float(last["heldout_kl"]), float(last["heldout_uncorrected_kl"])
-    ours = f"held-out KL(B‖A+C) {fmt(h, 3)} vs uncorrected KL(B‖A) {fmt(b, 3)} (step {int(last['step'])})"
+    """A trained head: its curve's last held-out step (mrp_curve). A released head (mrp.pretrained, nothing trained):
+    notebook 04's held-out check of the loaded head (mrp_heldout). The same rule either way."""
+    if "mrp_heldout" in tables:
+        r = require(tables["mrp_heldout"], ["heldout_kl", "heldout_uncorrected_kl", "sequences", "source"],
+                    "mrp-fits-residual").iloc[-1]  # fmt: skip
+        h, b = float(r["heldout_kl"]), float(r["heldout_uncorrected_kl"])
+        ours = (f"released head: held-out KL(B‖A+C) {fmt(h, 3)} vs KL(B‖A) {fmt(b, 3)} ({int(r['sequences'])} packed "
+                f"{r['source']} sequences)")  # fmt: skip
+    else:
+        if m := missing(tables, "mrp_curve"):
+            return m
+        cols = ["step", "heldout_kl", "heldout_uncorrected_kl"]
+        c = require(tables["mrp_curve"], cols, "mrp-fits-residual")[cols].dropna()
+        if c.empty:
+            return na("no step with both held-out and uncorrected KL")
+        last = c.sort_values("step").iloc[-1]
+        h, b = float(last["heldout_kl"]), float(last["heldout_uncorrected_kl"])
+        ours = f"held-out KL(B‖A+C) {fmt(h, 3)} vs uncorrected KL(B‖A) {fmt(b, 3)} (step {int(last['step'])})"
     if h < b:
         return [Outcome("", ours, "", HOLDS, "A + C is closer to the next-step logits than A alone, held out")]
     return [Outcome("", ours, "", NOT, "A + C is not closer to the next-step logits than A alone, held out")]
@@ -492,8 +501,9 @@ CLAIMS: tuple[Claim, ...] = (
           f"holds: CI at or below {RELATIVE_KL_MAX} and every random init's CI above; does not hold: CI above; not "
           "shown: the CI holds it, or a random init passes too", "adjacent", _adjacent_similar),
     Claim("mrp-fits-residual", "A small MRP head learns the residual B − A, so A + C approximates the next step.",
-          "method", "held-out KL(B‖A+C) at the last training step (04_train_mrp)", "the uncorrected KL(B‖A)",
-          "none (training objective)", "–", "holds: below the uncorrected KL; else does not hold", "mrp_curve",
+          "method", "held-out KL(B‖A+C) at the last training step, or of the loaded released head (04_train_mrp)",
+          "the uncorrected KL(B‖A)", "none (training objective)", "–",
+          "holds: below the uncorrected KL; else does not hold", "mrp_curve",
           _mrp_fits_residual),
     Claim("speculative-lossless", "Speculative mode is lossless: output identical to static greedy decoding.",
           "abstract; speculative table", "share of outputs token-identical to static(1) (batch-1 grid, every K)",
@@ -569,7 +579,7 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
                         seed: int = 0) -> dict[str, pd.DataFrame]:  # fmt: skip
     """The tables the claims read, built from the notebooks' result files (paper.RESULTS names)."""
     out: dict[str, pd.DataFrame] = {}
-    for name in ("adjacent", "mrp_curve", "backbone", "direct_runs", "lookahead_runs", "remasking_runs"):
+    for name in ("adjacent", "mrp_curve", "mrp_heldout", "backbone", "direct_runs", "lookahead_runs", "remasking_runs"):
         if name in results:
             out[name] = results[name]
     kw = {"n_boot": n_boot, "ci": ci, "seed": seed}
