@@ -117,7 +117,8 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
 _RULE_STYLE = {"tau": (3, "o", "-"), "delta": (0, "v", "--"), "loo": (2, "s", "-."), "sequential": (4, "D", ":"),
                "logp-delta": (5, "^", (0, (5, 1, 1, 1)))}  # fmt: skip
 #: the upstream family (the released code): its baseline grey and thick, its δ series in their own colours
-_UPSTREAM_BASE = dict(color="0.55", marker="P", ms=9, mfc="white", mew=1.5, lw=3.0, zorder=3)
+#: dashed and above ours' black baseline, so the two stay visible where they coincide
+_UPSTREAM_BASE = dict(color="0.55", marker="P", ms=8, mfc="white", mew=1.5, lw=2.0, ls="--", zorder=3.5)
 
 
 def _rule_style(rule: str, i: int) -> tuple:
@@ -169,7 +170,8 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
     fig, axes = plt.subplots(nrows, len(benches), figsize=(4.6 * len(benches), 3.3 * nrows + 1.1), squeeze=False,
                              sharex=True, sharey="row")  # fmt: skip
     series = _remask_series(table)
-    upstream_colors = iter(sns.color_palette("Greens_d", max(1, sum(a != "ours" for a, _, _ in series))))
+    n_up = sum(a != "ours" for a, _, _ in series)  # upstream δ series: a dark-to-light ramp none of ours uses
+    upstream_colors = iter(sns.color_palette("mako", n_up + 2)[1 : n_up + 1])
     style = {}
     for i, (algo, rule, d) in enumerate(series):
         style[(algo, rule, d)] = _rule_style(rule, i) if algo == "ours" else (next(upstream_colors), "P", "-")
@@ -392,7 +394,7 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     ax.axhline(1.0, color="0.4", lw=1, ls=":")
     ax.set_xticks(np.arange(len(benches)), benches)
     ax.set_ylabel(LABELS["throughput_speedup"])
-    ax.set_title(f"speedup per benchmark (paper: speculative at K = {PAPER_SPECULATIVE_K} only)")
+    ax.set_title(f"speedup per benchmark (paper, ◆: upstream speculative K = {PAPER_SPECULATIVE_K} and direct steps)")
     ax.legend(frameon=False, fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
