@@ -117,8 +117,8 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
 _RULE_STYLE = {"tau": (3, "o", "-"), "delta": (0, "v", "--"), "loo": (2, "s", "-."), "sequential": (4, "D", ":"),
                "logp-delta": (5, "^", (0, (5, 1, 1, 1)))}  # fmt: skip
 #: the upstream family (the released code): its baseline grey and thick, its δ series in their own colours
-#: dashed and above ours' black baseline, so the two stay visible where they coincide
-_UPSTREAM_BASE = dict(color="0.55", marker="P", ms=8, mfc="white", mew=1.5, lw=2.0, ls="--", zorder=3.5)
+#: a wide light-grey band under everything: visible around ours' black baseline and the δ series that equal it
+_UPSTREAM_BASE = dict(color="0.75", marker="P", ms=14, mfc="0.75", mew=0, lw=8.0, zorder=2)
 
 
 def _rule_style(rule: str, i: int) -> tuple:
