@@ -190,3 +190,16 @@ def test_result_files_roundtrip(tmp_runs, smoke_profile):
     assert set(paper.load_results(smoke_profile)) == {"adjacent"}
     with pytest.raises(ValueError):
         paper.result_path(smoke_profile, "nope")
+
+
+def test_paper_remasking_number_only_beside_the_rules_the_paper_ran():
+    """Its v2 τ rule and the released δ veto (upstream) carry the paper's remasking number; our other rules do not,
+    while every row keeps the paper's dynamic baseline (the same setting)."""
+    both = synthetic_runs(n=10, algorithms=("ours", "upstream"))
+    t = paper.remasking_table(both, rule=None, algorithm=None, n_boot=0)
+    at_paper_tau = t["paper_baseline_accuracy"].notna()
+    ours_other = (t["algorithm"] == "ours") & (t["rule"] != "tau")
+    assert ours_other.any() and t.loc[ours_other, ["paper_mrp_remask_accuracy", "paper_gain"]].isna().all().all()
+    ran = ~ours_other & at_paper_tau
+    assert ran.any() and t.loc[ran, "paper_mrp_remask_accuracy"].notna().all()
+    assert t.loc[ours_other & at_paper_tau, "paper_baseline_accuracy"].notna().all()

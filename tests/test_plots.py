@@ -208,7 +208,8 @@ def test_remasking_figure_every_rule_baseline_visible_paper_and_tpf(tmp_path, ru
     benches = list(dict.fromkeys(t["benchmark"]))
     acc_axes, tpf_axes = fig.axes[: len(benches)], fig.axes[len(benches) :]
     ours = ["dynamic, no remasking (ours)", "MRP remask, rule delta (ours)", "MRP remask, rule tau (ours)"]
-    paper_series = ["dynamic, no remasking (SDAR-8B, paper)", "MRP remask, rule tau (SDAR-8B, paper)"]
+    paper_series = ["dynamic, no remasking (SDAR-8B, paper)",
+                    "MRP remask (SDAR-8B, paper: its τ rule or the released δ veto)"]
     for ax, b in zip(acc_axes, benches, strict=True):
         lines = {ln.get_label(): ln for ln in _lines(ax)}
         has_paper = t.loc[t["benchmark"] == b, "paper_baseline_accuracy"].notna().any()
@@ -268,10 +269,10 @@ def test_remasking_figure_keeps_the_families_apart(tmp_path):
     fig = plots.plot_remasking(t)
     for ax in fig.axes:
         lines = _lines(ax)
-        ours = [ln for ln in lines if not ln.get_label().endswith("paper)")]
+        ours = [ln for ln in lines if "paper" not in ln.get_label()]
         assert [ln.get_label() for ln in ours] == [
-            "dynamic, no remasking (ours)", "upstream dynamic, no remasking (ours)", "MRP remask, rule delta (ours)",
-            "MRP remask, rule tau (ours)", "MRP remask, upstream δ=1 (ours)", "MRP remask, upstream δ=2 (ours)"]
+            "dynamic, no remasking (ours)", "dynamic, no remasking (upstream)", "MRP remask, rule delta (ours)",
+            "MRP remask, rule tau (ours)", "MRP remask, δ veto δ=1 (upstream)", "MRP remask, δ veto δ=2 (upstream)"]
         assert all(len(ln.get_xdata()) == 4 for ln in ours)
         colors = [matplotlib.colors.to_hex(ln.line.get_color()) for ln in ours]
         assert len(set(colors)) == len(colors)  # every series its own colour

@@ -276,6 +276,10 @@ def remasking_table(runs: pd.DataFrame, rule: str | None = "tau", n_boot: int = 
     cols = [c for c in out.columns if c != "paper_gain"]
     i = cols.index("gain_hi") + 1
     out = out[cols[:i] + ["paper_gain"] + cols[i:]]
+    # the paper ran its v2 τ rule (METHOD.md §5) and the released code's δ veto (upstream), not our other rules:
+    # beside those its remasking number stays blank (its dynamic baseline is the same setting, kept)
+    not_run = (out["algorithm"] == "ours") & (out["rule"] != "tau")
+    out.loc[not_run, ["paper_mrp_remask_accuracy", "paper_gain"]] = np.nan
     # the both-families table (algorithm=None) keeps algorithm and delta always: plots.plot_remasking reads them
     drop = [c for c, gone in (("rule", rule is not None), ("algorithm", algorithm is not None),
                               ("delta", algorithm is not None and out["delta"].isna().all())) if gone]  # fmt: skip

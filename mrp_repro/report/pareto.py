@@ -163,15 +163,19 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     return t.groupby(keys, dropna=False)["at_equal_speed"].value_counts().unstack(fill_value=0).reset_index()
 
 
-def plot_matched_speed(table: pd.DataFrame):
-    """Accuracy against speed, one row of panels per benchmark, one column per axis: the dynamic frontier (line
-    through its Pareto points; other dynamic settings hollow), every remask rule's τ points, direct(K)."""
+def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
+    """Accuracy against speed for one decoding family (`algorithm`: its own frontier and settings, never another
+    family's), one row of panels per benchmark, one column per axis: the dynamic frontier (line through its Pareto
+    points; other dynamic settings hollow), every remask rule's τ points, direct(K)."""
     import matplotlib.pyplot as plt
 
     from mrp_repro.report.plots import set_theme
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
+    table = table[table["algorithm"] == algorithm]
+    if table.empty:
+        raise ValueError(f"plot_matched_speed: no rows of algorithm {algorithm!r}")
     benches = list(dict.fromkeys(table["benchmark"]))
     axes_names = [a for a in AXES if a in set(table["axis"])]
     fig, axes = plt.subplots(len(benches), len(axes_names), figsize=(5.2 * len(axes_names), 3.8 * len(benches)),
@@ -186,7 +190,8 @@ def plot_matched_speed(table: pd.DataFrame):
             fr = t[t["mode"].isin(FRONTIER)]
             ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
             ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label="dynamic frontier (static, dynamic τ)", zorder=3)
-            ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3)
+            ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3,
+                       label="dynamic τ off the frontier (hollow)")  # fmt: skip
             for _, r in fr.iterrows():
                 lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
                 ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
@@ -201,7 +206,7 @@ def plot_matched_speed(table: pd.DataFrame):
                             textcoords="offset points")  # fmt: skip
             ax.set_xlabel(AXES[axis])
             ax.set_ylabel("accuracy (%)")
-            ax.set_title(f"{bench}: accuracy at equal speed ({axis})")
+            ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed ({axis})")
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,

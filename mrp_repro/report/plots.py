@@ -140,7 +140,8 @@ def _remask_series(t: pd.DataFrame) -> list[tuple]:
 
 
 def _series_label(algo: str, rule: str, delta) -> str:
-    return f"MRP remask, rule {rule} (ours)" if algo == "ours" else f"MRP remask, upstream δ={delta:g} (ours)"
+    """`ours`: our algorithm's rules; `upstream`: the released code's δ veto (both measured here, not the paper's)."""
+    return f"MRP remask, rule {rule} (ours)" if algo == "ours" else f"MRP remask, δ veto δ={delta:g} (upstream)"
 
 
 def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
@@ -178,7 +179,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
     algos = list(dict.fromkeys(a for a, _, _ in series))
     base_styles = {"ours": dict(color="black", marker="s", ms=10, mfc="white", mew=1.8, lw=3.5, zorder=3),
                    "upstream": _UPSTREAM_BASE}  # fmt: skip
-    base_labels = {"ours": "dynamic, no remasking (ours)", "upstream": "upstream dynamic, no remasking (ours)"}
+    base_labels = {"ours": "dynamic, no remasking (ours)", "upstream": "dynamic, no remasking (upstream)"}
     paper_model = str(table["paper_model"].iloc[0])
     for j, b in enumerate(benches):
         g = table[table["benchmark"] == b]
@@ -200,7 +201,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
             ax.plot(p["threshold"], p["paper_baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
                     label=f"dynamic, no remasking ({paper_model}, paper)")  # fmt: skip
             ax.plot(p["threshold"], p["paper_mrp_remask_accuracy"], color="0.45", ls="--", marker="o",
-                    label=f"MRP remask, rule tau ({paper_model}, paper)")  # fmt: skip
+                    label=f"MRP remask ({paper_model}, paper: its τ rule or the released δ veto)")  # fmt: skip
         ax.set_title(f"{b} (paper: {g['paper_benchmark'].iloc[0]})" if "paper_benchmark" in g else b)
         ax.set_ylabel(LABELS["accuracy"])
         if tpf is not None:
@@ -224,7 +225,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
             ax.set_ylabel("tokens per denoising forward")
         axes[-1][j].set_xlabel(LABELS["threshold"])
     handles, labels = axes[0][0].get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: (not labels[i].endswith("(ours)"), i))  # ours, then the paper
+    order = sorted(range(len(labels)), key=lambda i: ("paper" in labels[i], i))  # measured here, then the paper
     ncol = 3
     fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower center", ncol=ncol, frameon=False,
                fontsize=8)  # fmt: skip
@@ -329,7 +330,7 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
                       zorder=4)  # fmt: skip
             ax.scatter(xs + width / 2, ceil.to_numpy(), marker="<", s=70, color=colors[b], edgecolors="black",
                        linewidths=1.2, zorder=5, label=f"{b} oracle ceiling (mean TPF)")  # fmt: skip
-    ax.set_xticks(range(len(settings)), settings)
+    ax.set_xticks(range(len(settings)), settings, rotation=30, ha="right")
     ax.set_ylabel("tokens per denoising forward")
     ax.set_title(f"TPF per prompt (drafter {drafter})")
     ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
