@@ -225,6 +225,12 @@ TABLE_COLUMNS: dict[str, str] = {
     "heldout_pick_acc_uncorrected": "fraction: the same as heldout_pick_acc under A alone (no head)",
     "heldout_kl": "nats: held-out KL(B ‖ A + C), B the backbone's logits one step later, mean over masked "
     "positions",
+    "head": "mrp_heldout: the released head checked (mrp.pretrained: hub id[@revision] or directory)",
+    "data_sha256": "mrp_heldout: sha256 of the held-out records read (which sequences the KL is over)",
+    "sequences": "mrp_heldout: packed held-out sequences the released head's KL is measured on",
+    "seq_len": "mrp_heldout: tokens per packed sequence (mrp_training.seq_len)",
+    "heldout_slots": "mrp_heldout: masked slots (positions with a next-step target) the held-out KL averages over",
+    "ratio": "mrp_heldout: heldout_kl / heldout_uncorrected_kl (below 1: A + C is closer to the next step than A)",
     "heldout_uncorrected_kl": "nats: held-out KL(B ‖ A), the residual the head must explain (no head)",
     "train_loss": "nats: the MRP training loss at the step (KL(B ‖ A + C) on the training batch)",
     "step": "training step (optimizer updates)",
@@ -279,7 +285,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "ok": "bool: every element within atol + rtol x |reference|",
     # ---- key/value tables, trajectories, grid scaling
     "key": "the entry's name (environment: provenance; profile: a setting's dotted path; mrp_head: a property)",
-    "source": "trajectories: the collection source (gt, gt-multi, self); claims: where the paper states the claim",
+    "source": "trajectories: the collection source (gt, gt-multi, self); claims: where the paper states the claim; "
+    "mrp_heldout: the data the released head's held-out KL is measured on",
     "rows": "count: records (trajectories: block states collected from the source; grid_scaling: runs rows of the "
     "grids)",
     "shards": "count: files the source's trajectories are stored in",
