@@ -16,13 +16,17 @@ STAMP := $(VENV)/.setup-stamp
 KERNEL := mrp-repro
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test reproduce lab clean distclean
+.PHONY: help setup test reproduce ablations variance lab clean distclean
 
 help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
 	@echo "make test        setup, then pytest (PYTEST_ARGS=... passes through)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
+	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: ~10 heads, about an hour on tiny;"
+	@echo "                 resumable) and notebook 10: figures/$(PROFILE)/ablation_*"
+	@echo "make variance    setup, then 3 head seeds and 3 backbone seeds on PROFILE (opt-in: ~1.5 h on tiny;"
+	@echo "                 resumable): figures/$(PROFILE)/variance*"
 	@echo "make lab         setup, then JupyterLab on notebooks/"
 	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
 
@@ -46,6 +50,13 @@ test: setup
 
 reproduce: setup
 	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
+
+ablations: setup
+	$(VPY) -m mrp_repro.report.ablations --profile $(PROFILE)
+	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --only 10
+
+variance: setup
+	$(VPY) -m mrp_repro.report.variance --profile $(PROFILE)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
