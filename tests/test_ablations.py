@@ -1,5 +1,7 @@
 """mrp_repro.report.ablations: the statistics against plain loops, the declared tests' rules, the axes, the whole
-pipeline on smoke (tiny step counts) and the released-head path on sdar-mini (a list of pretrained heads)."""
+pipeline on smoke (tiny step counts), and a list of released heads (mrp.pretrained) evaluated without training.
+The generated sdar-mini released head goes through the same path in tests/test_notebooks.py (notebook 10 on the
+sdar-mini CI profile)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def test_share_difference_is_paired_and_equals_two_shares():
 
 
 def _axis(variants: dict[str, float]) -> pd.DataFrame:
-    return pd.DataFrame([{"variant": v, "task": t, "heldout_kl_ratio": r} for v, r in variants.items()
+    return pd.DataFrame([{"label": v, "benchmark": t, "heldout_kl_ratio": r} for v, r in variants.items()
                          for t in ("a", "b")])  # fmt: skip
 
 
@@ -99,14 +101,14 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     assert len(heads) == len(variants)  # the profile's own head is shared by the five axes
     figs = tmp_runs.parent / "figures" / "smoke"
     for name, t in res["tables"].items():
-        assert len(t) == 2 * t["variant"].nunique() and set(t["task"]) == {"synth-math", "synth-code"}
+        assert len(t) == 2 * t["label"].nunique() and set(t["benchmark"]) == {"synth-math", "synth-code"}
         assert set(t.columns) - {c for c in t if c.endswith(("_lo", "_hi"))} <= set(ablations.columns((3,), (0.5,)))
         for ext in ("md", "csv", "png"):
             assert (figs / f"ablation_{name}.{ext}").stat().st_size > 0
-    assert list(res["claims"]["axis"]) == ["depth", "objective", "k_steps"]
+    assert list(res["claims"]["ablation"]) == ["depth", "objective", "k_steps"]
     assert "Verdict:" in (figs / "ablation_depth.md").read_text()
     # every number of one variant from its runs, by hand
-    row = res["tables"]["objective"].query("variant == 'direct' and task == 'synth-math'").iloc[0]
+    row = res["tables"]["objective"].query("label == 'direct' and benchmark == 'synth-math'").iloc[0]
     h = res["runs"]["objective", "direct"].query("benchmark == 'synth-math'")
     b = res["baseline"].query("benchmark == 'synth-math'")
     tpf = lambda g: g["tokens"].sum() / g["denoise_forwards"].sum()  # noqa: E731
@@ -120,27 +122,30 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     Pd = P.replace({"mrp.objective": "direct"})
     m = json.loads((stages.head_dir(Pd, stages.backbone(Pd)) / "metrics.json").read_text())
     assert row["heldout_kl_ratio"] == pytest.approx(m["heldout_kl_step1"] / m["heldout_baseline_kl_step1"])
+    # released heads (a list of mrp.pretrained): loaded, decoded, tabulated, never trained. The profile's head and
+    # the 2-step head written in the released layout decode exactly as the trained ones
+    from mrp_repro import released as rel
+
+    bb = stages.backbone(P)
+    d = tmp_runs / "released"
+    for name, ov in (("base", {}), ("k2", {"mrp.k_steps": 2})):
+        rel.save_released(bb.model, stages.head(P.replace(ov), bb), d / name, P.block_size)
+    heads = set((tmp_runs / "smoke").glob("mrp-*"))
+    out = ablations.run(P, None, n_prompts=2, Ks=(3,), taus=(0.5,), released=[
+        ("base", {"mrp.pretrained": str(d / "base")}), ("k2", {"mrp.pretrained": str(d / "k2"), "mrp.k_steps": 2})])
+    assert set(out["tables"]) == {"k_steps", "released"} and set((tmp_runs / "smoke").glob("mrp-*")) == heads
+    r = out["tables"]["released"].set_index(["label", "benchmark"])
+    k = res["tables"]["k_steps"].set_index(["label", "benchmark"])
+    assert r["heldout_kl_ratio"].isna().all()  # released heads carry no training metrics
+    for task in ("synth-math", "synth-code"):
+        for lab, ref in (("base", "k=1"), ("k2", "k=2")):
+            for c in ("tpf_share_k3", "direct_step1_accuracy", "direct_step2_accuracy"):
+                assert r.loc[(lab, task), c] == pytest.approx(k.loc[(ref, task), c]), (lab, task, c)
+    assert list(out["claims"]["ablation"]) == ["k_steps"] and out["claims"]["verdict"].iloc[0] != NA
+    with pytest.raises(ValueError, match="mrp.pretrained"):
+        ablations.released_axes(P, [("x", {"mrp.k_steps": 2})])
     # resumable: nothing is trained or decoded again
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke").rglob("*.csv") if "ablations" in str(p)}
     again = ablations.run(P, ["objective"], n_prompts=2, Ks=(3,), taus=(0.5,))
     pd.testing.assert_frame_equal(again["tables"]["objective"], res["tables"]["objective"])
     assert all(p.stat().st_mtime_ns == s for p, s in stamps.items())
-
-
-def test_released_heads_are_evaluated_not_trained_on_sdar_mini(tmp_runs):
-    """A list of pretrained heads (here the generated sdar-mini released head, declared once as a 1-step head and
-    once as a 2-step one): loaded, decoded, tabulated; no head is trained."""
-    from mrp_repro.config import load_profile
-
-    P = load_profile("sdar-mini").replace({"evaluation.benchmarks": ["gsm8k"], "decoding.max_new_tokens": 16})
-    spec = P.mrp.pretrained
-    released = [("3lyr", {"mrp.pretrained": spec}), ("3lyr-k2", {"mrp.pretrained": spec, "mrp.k_steps": 2})]
-    res = ablations.run(P, None, n_prompts=1, Ks=(3,), taus=(0.5,), released=released)
-    assert set(res["tables"]) == {"k_steps", "released"}
-    assert not list((tmp_runs / "sdar-mini").glob("mrp-*"))  # nothing trained
-    t = res["tables"]["released"]
-    assert list(t["variant"]) == ["3lyr", "3lyr-k2"] and t["heldout_kl_ratio"].isna().all()
-    assert t["tpf_share_k3"].notna().all()
-    assert list(res["claims"]["axis"]) == ["k_steps"] and res["claims"]["verdict"].iloc[0] in (NOT, QUAL, HOLDS)
-    with pytest.raises(ValueError, match="mrp.pretrained"):
-        ablations.released_axes(P, [("x", {"mrp.k_steps": 2})])

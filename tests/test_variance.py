@@ -31,16 +31,16 @@ def test_a_verdict_is_robust_only_if_every_measured_seed_passes():
 
 def test_spread_table_is_mean_std_and_the_published_seeds_ci():
     per = pd.DataFrame([
-        {"kind": variance.HEAD, "seed": s, "headline": "static_accuracy", "task": "t", "value": v, "lo": v - 2,
-         "hi": v + 2} for s, v in ((0, 90.0), (1, 91.5), (2, 95.0))
-    ] + [{"kind": variance.HEAD, "seed": s, "headline": "heldout_kl_ratio", "task": "all", "value": v,
-          "lo": math.nan, "hi": math.nan} for s, v in ((0, 0.5), (1, 0.6), (2, 0.55))])  # fmt: skip
+        {"seed_kind": variance.HEAD, "seed": s, "headline": "static_accuracy", "benchmark": "t", "seed_value": v,
+         "seed_value_lo": v - 2, "seed_value_hi": v + 2} for s, v in ((0, 90.0), (1, 91.5), (2, 95.0))
+    ] + [{"seed_kind": variance.HEAD, "seed": s, "headline": "heldout_kl_ratio", "benchmark": "all", "seed_value": v,
+          "seed_value_lo": math.nan, "seed_value_hi": math.nan} for s, v in ((0, 0.5), (1, 0.6), (2, 0.55))])
     t = variance.spread_table(per, published_seed=0).set_index("headline")
     acc = t.loc["static_accuracy"]
     assert (acc["published"], acc["published_lo"], acc["published_hi"]) == (90.0, 88.0, 92.0)
-    assert acc["mean"] == pytest.approx(np.mean([90, 91.5, 95]))
-    assert acc["std"] == pytest.approx(np.std([90, 91.5, 95], ddof=1))
-    assert (acc["min"], acc["max"], acc["n_seeds"], acc["seeds"]) == (90.0, 95.0, 3, "0 1 2")
+    assert acc["seed_mean"] == pytest.approx(np.mean([90, 91.5, 95]))
+    assert acc["seed_std"] == pytest.approx(np.std([90, 91.5, 95], ddof=1))
+    assert (acc["seed_min"], acc["seed_max"], acc["n_seeds"], acc["seeds"]) == (90.0, 95.0, 3, "0 1 2")
     assert acc["ci_covers_seeds"] is False  # seed 2's 95.0 lies above the published CI's 92.0
     assert t.loc["heldout_kl_ratio", "ci_covers_seeds"] == ""  # no per-prompt CI
     assert list(t.columns) == list(variance.COLUMNS)[1:]
@@ -54,22 +54,22 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
     per = res["per_seed"]
     for kind in (variance.HEAD, variance.BACKBONE):
         for s in (0, 1):
-            got = set(per[(per["kind"] == kind) & (per["seed"] == s)]["headline"])
+            got = set(per[(per["seed_kind"] == kind) & (per["seed"] == s)]["headline"])
             assert got == set(variance.HEADLINES), (kind, s)
     # seed 0 of both kinds is the published run: the same backbone and head, the same numbers
-    a, b = (per[(per["kind"] == k) & (per["seed"] == 0)].reset_index(drop=True) for k in (variance.HEAD,
-                                                                                          variance.BACKBONE))
-    pd.testing.assert_frame_equal(a.drop(columns="kind"), b.drop(columns="kind"))
+    a, b = (per[(per["seed_kind"] == k) & (per["seed"] == 0)].reset_index(drop=True)
+            for k in (variance.HEAD, variance.BACKBONE))
+    pd.testing.assert_frame_equal(a.drop(columns="seed_kind"), b.drop(columns="seed_kind"))
     # head seed 1 on the published backbone; backbone seed 1 is another backbone
     assert len(list((tmp_runs / "smoke").glob("variance-head-*"))) == 1
     assert stages.backbone_dir(P.replace({"seed": 1})) != stages.backbone_dir(P)
     assert (stages.backbone_dir(P.replace({"seed": 1})) / "done.json").exists()
-    kl = per.query("headline == 'heldout_kl_ratio' and kind == @variance.HEAD").set_index("seed")["value"]
+    kl = per.query("headline == 'heldout_kl_ratio' and seed_kind == @variance.HEAD").set_index("seed")["seed_value"]
     assert kl[0] != kl[1]  # another head (init, batches, held-out split): another held-out KL
     t = res["table"]
-    pub = t.query("headline == 'static_accuracy' and kind == @variance.HEAD")
-    ref = per.query("headline == 'static_accuracy' and kind == @variance.HEAD and seed == 0").set_index("task")
-    assert (pub.set_index("task")["published"] == ref["value"].loc[pub["task"]]).all()
+    pub = t.query("headline == 'static_accuracy' and seed_kind == @variance.HEAD").set_index("benchmark")
+    ref = per.query("headline == 'static_accuracy' and seed_kind == @variance.HEAD and seed == 0")
+    assert (pub["published"] == ref.set_index("benchmark")["seed_value"].loc[pub.index]).all()
     figs = tmp_runs.parent / "figures" / "smoke"
     for f in ("variance.md", "variance.csv", "variance.png", "variance_seeds.csv"):
         assert (figs / f).stat().st_size > 0

@@ -285,7 +285,7 @@ def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: d
     rows = []
     for bench in sorted(set(head_runs["benchmark"])):
         static = _by_problem(base_runs, bench, "static")
-        row = {"task": bench, "n": len(static), "heldout_kl_step1": kl, "heldout_baseline_kl_step1": base,
+        row = {"benchmark": bench, "n": len(static), "heldout_kl_step1": kl, "heldout_baseline_kl_step1": base,
                "heldout_kl_ratio": kl / base if base and not math.isnan(base) else math.nan,
                "head_train_s": metrics.get("train_time_s", math.nan)}  # fmt: skip
         for K in Ks:
@@ -312,10 +312,11 @@ def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: d
 def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS) -> dict[str, str]:
     """Every column of an ablation table (name -> definition) for these K and τ; CIs are <column>_lo / _hi."""
     out = {
-        "axis": "the ablated design choice (AXES)",
-        "variant": "the head: its setting on this axis ('paper:' the paper's choice, 'ours:' the profile's)",
-        "overrides": "the profile overrides the head was trained with (or released head it loads)",
-        "task": "the benchmark the decoding metrics are measured on",
+        "ablation": "the ablated design choice: depth, objective, k_steps, train_source, init (or released)",
+        "label": "the head on this axis ('paper:' the paper's choice, 'ours:' the profile's)",
+        "variant": "the profile overrides the head was trained with (mrp.pretrained: the released head it loads), "
+        "key=value,...",
+        "benchmark": "the benchmark the decoding metrics are measured on (a runs column)",
         "n": "prompts per task (the same prompts for every variant)",
         "heldout_kl_step1": "held-out mean KL(B‖A+C) per still-masked slot after one reveal (nats; the head's "
         "training metrics; direct objective: KL(B‖C)); blank for released heads",
@@ -342,11 +343,11 @@ def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS) -> dict[str, s
 #: the columns of the default K and τ (every table written by `run` with the defaults)
 COLUMNS = columns()
 CLAIM_COLUMNS = {
-    "axis": "the ablated design choice",
+    "ablation": "the ablated design choice",
     "paper": "the paper's statement",
     "statistic": "what is compared",
-    "comparison": "which variants against which",
-    "rule": "the verdict rule, declared before the run",
+    "comparison": "which heads against which",
+    "verdict_rule": "the verdict rule, declared before the run",
     "ours": "the measured values",
     "verdict": "holds / holds qualitatively / does not hold / not measurable on this profile",
 }
@@ -382,13 +383,13 @@ AXIS_CLAIMS = {
 
 
 def check_claim(axis: str, table: pd.DataFrame, diffs: dict | None = None) -> dict:
-    """{axis, paper, statistic, comparison, rule, ours, verdict} of one axis's declared test; `diffs` (k_steps only):
+    """{ablation, statistic, comparison, verdict_rule, ours, verdict} of one axis's declared test; `diffs` (k_steps:
     task -> (diff, lo, hi) of share_diff_ci (best K-step head minus the 1-step head)."""
     from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL
 
     c = AXIS_CLAIMS[axis]
-    per = table.drop_duplicates("variant").set_index("variant")
-    out = {"axis": axis, "statistic": c.statistic, "comparison": c.comparison, "rule": c.rule}
+    per = table.drop_duplicates("label").set_index("label")
+    out = {"ablation": axis, "statistic": c.statistic, "comparison": c.comparison, "verdict_rule": c.rule}
     if axis in ("depth", "objective"):
         r = per["heldout_kl_ratio"].astype(float)
         if r.isna().all():
@@ -429,17 +430,18 @@ def check_claim(axis: str, table: pd.DataFrame, diffs: dict | None = None) -> di
     raise ValueError(f"no declared test for axis {axis!r}; valid: {', '.join(AXIS_CLAIMS)}")
 
 
-def _kstep_diffs(table, head_runs: dict, base_runs, family, K: int, n_boot, ci, seed) -> dict:
-    """task -> (label, diff, lo, hi): the K-step head (k >= 2) with the highest mean share at K minus the k=1 head."""
+def _kstep_diffs(table, head_runs: dict, base_runs, k_of: dict, K: int, n_boot, ci, seed) -> dict:
+    """task -> (label, diff, lo, hi): the K-step head (k >= 2) with the highest mean share at K minus the 1-step head.
+    k_of: variant label -> its mrp.k_steps."""
     col = f"tpf_share_k{K}"
-    one = [v for v in table["variant"].unique() if v == "k=1"]
-    multi = [v for v in table["variant"].unique() if v != "k=1"]
+    one = [v for v in table["label"].unique() if k_of[v] == 1]
+    multi = [v for v in table["label"].unique() if k_of[v] >= 2]
     if not one or not multi:
         return {}
-    best = table[table["variant"].isin(multi)].groupby("variant")[col].mean().idxmax()
+    best = table[table["label"].isin(multi)].groupby("label")[col].mean().idxmax()
     out = {}
-    for task in sorted(table["task"].unique()):
-        a = _by_problem(head_runs["k=1"], task, "speculative", K=K)
+    for task in sorted(table["benchmark"].unique()):
+        a = _by_problem(head_runs[one[0]], task, "speculative", K=K)
         b = _by_problem(head_runs[best], task, "speculative", K=K).loc[a.index]
         o = _by_problem(base_runs, task, "speculative", K=K).loc[a.index]
         d = share_diff_ci((a["tokens"], a["denoise_forwards"]), (b["tokens"], b["denoise_forwards"]),
@@ -462,11 +464,11 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
     if table.empty:
         raise ValueError("plot_axis: the table is empty; nothing to draw")
     set_theme()
-    variants = list(dict.fromkeys(table["variant"]))
-    tasks = sorted(table["task"].unique())
+    variants = list(dict.fromkeys(table["label"]))
+    tasks = sorted(table["benchmark"].unique())
     x = np.arange(len(variants))
     fig, axs = plt.subplots(1, 4, figsize=(18, 4.4))
-    kl = table.drop_duplicates("variant").set_index("variant").loc[variants, "heldout_kl_ratio"].astype(float)
+    kl = table.drop_duplicates("label").set_index("label").loc[variants, "heldout_kl_ratio"].astype(float)
     axs[0].bar(x, kl.fillna(0).to_numpy(), color=_colors(1)[0])
     axs[0].axhline(1.0, color="grey", ls="--", lw=1, label="uncorrected KL(B‖A)")
     for i, v in enumerate(kl):
@@ -484,7 +486,7 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
         w = 0.8 / len(groups)
         cols = _colors(len(groups))
         for j, (task, col, lab) in enumerate(groups):
-            g = table[table["task"] == task].set_index("variant").loc[variants]
+            g = table[table["benchmark"] == task].set_index("label").loc[variants]
             y = g[col].astype(float).to_numpy()
             err = np.vstack([(y - g[f"{col}_lo"]).clip(lower=0), (g[f"{col}_hi"] - y).clip(lower=0)])
             pos = x - 0.4 + w * (j + 0.5)
@@ -494,13 +496,13 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
                     ax.text(p, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
         if ref is not None:
             for task, ls in zip(tasks, ("--", ":", "-."), strict=False):
-                ax.axhline(float(table[table["task"] == task][ref].iloc[0]), color="grey", ls=ls, lw=1,
+                ax.axhline(float(table[table["benchmark"] == task][ref].iloc[0]), color="grey", ls=ls, lw=1,
                            label=f"{task} static")  # fmt: skip
         ax.set_title(title)
         ax.legend(fontsize=7, loc="lower left", framealpha=0.8)
     for ax in axs:
         ax.set_xticks(x, variants, rotation=20, ha="right", fontsize=8)
-    axis = table["axis"].iloc[0]
+    axis = table["ablation"].iloc[0]
     head = f"ablation: {axis} — paper: {paper}" + (f" — declared test: {verdict}" if verdict else "")
     fig.suptitle(head, fontsize=11)
     fig.tight_layout()
@@ -513,11 +515,12 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
 def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None = None, family: str = "ours",
         Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, depths: Sequence[int] = DEPTHS,
         released: Sequence[tuple[str, dict]] | None = None, out=None, threads: int | None = None,
-        progress: bool = False) -> dict:  # fmt: skip
+        benchmarks: Sequence[str] | None = None, progress: bool = False) -> dict:  # fmt: skip
     """Train (or load) every variant's head, decode, write the tables, figures and claims; see the module docstring.
     Finished heads and decodes are reused (stages' cache, runs/<profile>/ablations/), so a killed run resumes.
     released: (label, overrides with mrp.pretrained) per released head; default on paper.comparable profiles: the
-    profile's own mrp.pretrained alone. threads: torch threads for training and decoding (None: as the profile)."""
+    profile's own mrp.pretrained alone. threads: torch threads for training and decoding (None: as the profile).
+    benchmarks: default evaluation.benchmarks."""
     from mrp_repro import stages
     from mrp_repro.report import tables
     from mrp_repro.report.plots import save_figure
@@ -542,7 +545,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
     if bad:
         raise ValueError(f"unknown or unavailable axis {bad}; valid here: {', '.join(all_axes)}")
     n = n_prompts if n_prompts is not None else ev.n_prompts
-    benches = list(ev.benchmarks)
+    benches = list(benchmarks or ev.benchmarks)
     t0 = time.perf_counter()
     base_runs = _decode(P, bb, None, "baseline", family, Ks, taus, n, benches)
     figs = tables.out_dir(out if out is not None else P)
@@ -557,17 +560,18 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
             head_runs[label] = _decode(Pv, bb, head, hid, family, Ks, taus, n, benches)
             ovs = ",".join(f"{k}={v}" for k, v in ov.items())
             for r in variant_metrics(head_runs[label], base_runs, metrics, family, Ks, taus, **boot):
-                rows.append({"axis": name, "variant": label, "overrides": ovs, **r, "family": family})
+                rows.append({"ablation": name, "label": label, "variant": ovs, **r, "family": family})
             all_runs[name, label] = head_runs[label]
             timing.append((name, label, time.perf_counter() - tv))
             print(f"[ablations] {name} / {label}: {timing[-1][2]:.0f}s ({hid})", flush=True)
         t = pd.DataFrame(rows)
-        order = ["axis", "variant", "task", "n"] + [c for c in columns(Ks, taus) if c in t and c not in
-                                                    ("axis", "variant", "task", "n", "overrides", "family")]
-        t = t[order + ["overrides", "family"] + [c for c in t if c.endswith(("_lo", "_hi"))]]
+        first = ["ablation", "label", "benchmark", "n"]
+        order = first + [c for c in columns(Ks, taus) if c in t and c not in (*first, "variant", "family")]
+        t = t[order + ["variant", "family"] + [c for c in t if c.endswith(("_lo", "_hi"))]]
         claim = None
         if name in AXIS_CLAIMS:
-            diffs = _kstep_diffs(t, head_runs, base_runs, family, max(Ks), **boot) if name == "k_steps" else None
+            k_of = {label: P.replace(ov).mrp.k_steps for label, ov in ax.variants}
+            diffs = _kstep_diffs(t, head_runs, base_runs, k_of, max(Ks), **boot) if name == "k_steps" else None
             claim = {**check_claim(name, t, diffs), "paper": ax.paper}
             claims.append(claim)
         note = [f"Paper: {ax.paper}. Axis: {ax.setting}; every head on the profile's backbone"
@@ -576,7 +580,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
                     f"decoding family `{family}`; remasking rule tau. Columns: docs/ablations.md.")
         if claim:
             note.append(f"Declared test — statistic: {claim['statistic']}; comparison: {claim['comparison']}; "
-                        f"rule: {claim['rule']}. Ours: {claim['ours']}. **Verdict: {claim['verdict']}**.")
+                        f"rule: {claim['verdict_rule']}. Ours: {claim['ours']}. **Verdict: {claim['verdict']}**.")
         tables.save_table(t, figs, f"ablation_{name}", digits=3, note="\n\n".join(note))
         tabs[name] = t
         if name == "released":  # a list of heads, not an axis: the table only
@@ -586,7 +590,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-    cl = pd.DataFrame(claims, columns=["axis", "paper", "statistic", "comparison", "rule", "ours", "verdict"])
+    cl = pd.DataFrame(claims, columns=list(CLAIM_COLUMNS))
     if len(cl):
         tables.save_table(cl, figs, "ablation_claims", note=f"{n} prompts per task; family `{family}`.")
     return {"tables": tabs, "claims": cl, "runs": all_runs, "baseline": base_runs, "timing": timing,

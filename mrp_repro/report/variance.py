@@ -54,28 +54,28 @@ HEADLINES = {
 }
 COLUMNS = {
     "headline": "the headline number (HEADLINES in mrp_repro/report/variance.py)",
-    "task": "the task it is measured on ('all' for numbers of the head or of both tasks)",
-    "kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head)",
+    "benchmark": "the benchmark it is measured on ('all': a number of the head, or of both benchmarks pooled)",
+    "seed_kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head)",
     "n_seeds": "seeds run of this kind (the published one included)",
     "seeds": "the seeds, space-separated",
     "published": "the value of the profile's own seed (the published backbone and head)",
     "published_lo": "its bootstrap CI over prompts, low end (blank where the number has no per-prompt CI)",
     "published_hi": "its bootstrap CI over prompts, high end",
-    "mean": "the mean over the seeds of this kind",
-    "std": "their standard deviation (ddof 1)",
-    "min": "the smallest seed value",
-    "max": "the largest seed value",
+    "seed_mean": "the mean over the seeds of this kind",
+    "seed_std": "their standard deviation (ddof 1)",
+    "seed_min": "the smallest seed value",
+    "seed_max": "the largest seed value",
     "ci_covers_seeds": "every seed's value lies inside the published bootstrap CI (blank without a CI)",
 }
 #: variance_seeds.csv: one row per seed and headline
 SEED_COLUMNS = {
-    "kind": COLUMNS["kind"],
+    "seed_kind": COLUMNS["seed_kind"],
     "seed": "the profile seed of this run (head seeds: the head's; backbone seeds: the whole pipeline's)",
     "headline": COLUMNS["headline"],
-    "task": COLUMNS["task"],
-    "value": "this seed's value",
-    "lo": "its bootstrap CI over prompts, low end (blank where the number has none)",
-    "hi": "its bootstrap CI over prompts, high end",
+    "benchmark": COLUMNS["benchmark"],
+    "seed_value": "this seed's value",
+    "seed_value_lo": "its bootstrap CI over prompts, low end (blank where the number has none)",
+    "seed_value_hi": "its bootstrap CI over prompts, high end",
 }
 HEAD, BACKBONE = "head seeds", "backbone seeds"
 
@@ -126,8 +126,9 @@ def _settings(P, head):
 
 def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n_boot: int = 1000,
                     ci: float = 0.95, seed: int = 0) -> list[dict]:  # fmt: skip
-    """[{headline, task, value, lo, hi}] of one seed: its runs frame (static, dynamic(τ), remask(τ, tau),
-    speculative(3, mrp)), its adjacent-step frame (measure.adjacent) and its head's metrics.json."""
+    """[{headline, benchmark, seed_value, seed_value_lo, seed_value_hi}] of one seed: its runs frame (static,
+    dynamic(τ), remask(τ, tau), speculative(3, mrp)), its adjacent-step frame (measure.adjacent) and its head's
+    metrics.json."""
     from mrp_repro.measure.adjacent import SUBSET, TRAINED
     from mrp_repro.measure.stats import mean_ci, ratio_ci
     from mrp_repro.report.paper import remasking_table
@@ -137,21 +138,22 @@ def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n
         for name, sel in (("static_accuracy", g["mode"] == "static"),
                           ("dynamic_accuracy_tau50", (g["mode"] == "dynamic") & np.isclose(g["threshold"], 0.5))):
             v = mean_ci(g.loc[sel, "correct"].astype(float), n_boot, ci, seed)
-            out.append(dict(headline=name, task=task, value=v[0], lo=v[1], hi=v[2]))
+            out.append(dict(headline=name, benchmark=task, seed_value=v[0], seed_value_lo=v[1], seed_value_hi=v[2]))
         rem = remasking_table(g, rule="tau", n_boot=n_boot, ci=ci, seed=seed)
         i = rem["gain"].idxmax()
-        out.append(dict(headline="max_remask_gain", task=task, value=float(rem.loc[i, "gain"]),
-                        lo=float(rem.loc[i, "gain_lo"]), hi=float(rem.loc[i, "gain_hi"])))  # fmt: skip
+        out.append(dict(headline="max_remask_gain", benchmark=task, seed_value=float(rem.loc[i, "gain"]),
+                        seed_value_lo=float(rem.loc[i, "gain_lo"]), seed_value_hi=float(rem.loc[i, "gain_hi"])))
         s = g[(g["mode"] == "speculative") & np.isclose(g["K"], 3)]
         ones = np.ones(len(s))
         v = ratio_ci(s["tokens"], s["denoise_forwards"], ones, ones, n_boot, ci, seed)  # a ratio over 1: TPF
-        out.append(dict(headline="spec_tpf_k3", task=task, value=v[0], lo=v[1], hi=v[2]))
+        out.append(dict(headline="spec_tpf_k3", benchmark=task, seed_value=v[0], seed_value_lo=v[1],
+                        seed_value_hi=v[2]))
     a = adjacent[(adjacent["model"] == TRAINED) & (adjacent["subset"] == SUBSET) & (adjacent["distance"] == 1)]
-    out.append(dict(headline="adjacent_kl_median", task="all", value=float(a["kl_median"].iloc[0]) if len(a) else
-                    math.nan, lo=math.nan, hi=math.nan))  # fmt: skip
+    out.append(dict(headline="adjacent_kl_median", benchmark="all", seed_value=float(a["kl_median"].iloc[0])
+                    if len(a) else math.nan, seed_value_lo=math.nan, seed_value_hi=math.nan))  # fmt: skip
     base = metrics.get("heldout_baseline_kl") or math.nan
-    out.append(dict(headline="heldout_kl_ratio", task="all", value=metrics.get("heldout_kl", math.nan) / base,
-                    lo=math.nan, hi=math.nan))  # fmt: skip
+    out.append(dict(headline="heldout_kl_ratio", benchmark="all", seed_value=metrics.get("heldout_kl", math.nan) / base,
+                    seed_value_lo=math.nan, seed_value_hi=math.nan))  # fmt: skip
     return out
 
 
@@ -235,23 +237,24 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
 
 
 def spread_table(per_seed: pd.DataFrame, published_seed: int) -> pd.DataFrame:
-    """per_seed (SEED_COLUMNS) -> one row per (headline, task, kind): COLUMNS."""
+    """per_seed (SEED_COLUMNS) -> one row per (headline, benchmark, seed_kind): COLUMNS."""
     rows = []
-    for (kind, h, task), g in per_seed.groupby(["kind", "headline", "task"], sort=False):
+    for (kind, h, bench), g in per_seed.groupby(["seed_kind", "headline", "benchmark"], sort=False):
         pub = g[g["seed"] == published_seed]
-        v = g["value"].astype(float)
+        v = g["seed_value"].astype(float)
         p = pub.iloc[0] if len(pub) else None
-        lo, hi = (float(p["lo"]), float(p["hi"])) if p is not None else (math.nan, math.nan)
+        lo, hi = (float(p["seed_value_lo"]), float(p["seed_value_hi"])) if p is not None else (math.nan, math.nan)
         covers = "" if math.isnan(lo) else bool(((v >= lo - 1e-12) & (v <= hi + 1e-12)).all())
-        rows.append({"headline": h, "task": task, "kind": kind, "n_seeds": len(g),
+        rows.append({"headline": h, "benchmark": bench, "seed_kind": kind, "n_seeds": len(g),
                      "seeds": " ".join(str(int(x)) for x in g["seed"]),
-                     "published": float(p["value"]) if p is not None else math.nan, "published_lo": lo,
-                     "published_hi": hi, "mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else
-                     math.nan, "min": float(v.min()), "max": float(v.max()), "ci_covers_seeds": covers})  # fmt: skip
+                     "published": float(p["seed_value"]) if p is not None else math.nan, "published_lo": lo,
+                     "published_hi": hi, "seed_mean": float(v.mean()),
+                     "seed_std": float(v.std(ddof=1)) if len(v) > 1 else math.nan, "seed_min": float(v.min()),
+                     "seed_max": float(v.max()), "ci_covers_seeds": covers})  # fmt: skip
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     order = {h: i for i, h in enumerate(HEADLINES)}
-    return out.sort_values(["headline", "task", "kind"], key=lambda c: c.map(order) if c.name == "headline" else c,
-                           kind="stable").reset_index(drop=True)  # fmt: skip
+    return out.sort_values(["headline", "benchmark", "seed_kind"], kind="stable",
+                           key=lambda c: c.map(order) if c.name == "headline" else c).reset_index(drop=True)
 
 
 def plot_spread(per_seed: pd.DataFrame, published_seed: int):
@@ -265,22 +268,22 @@ def plot_spread(per_seed: pd.DataFrame, published_seed: int):
         raise ValueError("plot_spread: no seed values; nothing to draw")
     set_theme()
     heads = [h for h in HEADLINES if h in set(per_seed["headline"])]
-    kinds = [k for k in (HEAD, BACKBONE) if k in set(per_seed["kind"])]
+    kinds = [k for k in (HEAD, BACKBONE) if k in set(per_seed["seed_kind"])]
     cols = dict(zip(kinds, _colors(len(kinds)), strict=True))
     fig, axs = plt.subplots(1, len(heads), figsize=(3.3 * len(heads), 3.8), squeeze=False)
     for ax, h in zip(axs[0], heads, strict=True):
         g = per_seed[per_seed["headline"] == h]
-        tasks = sorted(g["task"].unique())
+        tasks = sorted(g["benchmark"].unique())
         for j, kind in enumerate(kinds):
-            k = g[g["kind"] == kind]
+            k = g[g["seed_kind"] == kind]
             off = (j - (len(kinds) - 1) / 2) * 0.25
             for i, t in enumerate(tasks):
-                pts = k[k["task"] == t]
-                ax.scatter(np.full(len(pts), i + off), pts["value"], color=cols[kind], s=22,
+                pts = k[k["benchmark"] == t]
+                ax.scatter(np.full(len(pts), i + off), pts["seed_value"], color=cols[kind], s=22,
                            label=kind if i == 0 else None, zorder=3)  # fmt: skip
                 pub = pts[pts["seed"] == published_seed]
                 if len(pub):
-                    y, lo, hi = (float(pub.iloc[0][c]) for c in ("value", "lo", "hi"))
+                    y, lo, hi = (float(pub.iloc[0][c]) for c in ("seed_value", "seed_value_lo", "seed_value_hi"))
                     yerr = None if math.isnan(lo) else [[max(y - lo, 0)], [max(hi - y, 0)]]
                     ax.errorbar([i + off], [y], yerr=yerr, fmt="o", mfc="none", mec="black", ecolor="black",
                                 ms=9, capsize=3, zorder=4, label="published (CI)" if i == 0 and j == 0 else None)
@@ -311,7 +314,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
         for s in seeds:
             ts = time.perf_counter()
             r = seed_run(P, kind, s, n_prompts, threads, progress, bb=bb if kind == HEAD else None)
-            rows += [{"kind": kind, "seed": s, **v} for v in r["values"]]
+            rows += [{"seed_kind": kind, "seed": s, **v} for v in r["values"]]
             timing.append((kind, s, time.perf_counter() - ts))
             print(f"[variance] {kind} {s}: {timing[-1][2]:.0f}s ({r['head_dir'].name})", flush=True)
     per_seed = pd.DataFrame(rows, columns=list(SEED_COLUMNS))
