@@ -144,6 +144,10 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     assert list(out["claims"]["ablation"]) == ["k_steps"] and out["claims"]["verdict"].iloc[0] != NA
     with pytest.raises(ValueError, match="mrp.pretrained"):
         ablations.released_axes(P, [("x", {"mrp.k_steps": 2})])
+    # train=False tabulates what is trained and names the rest
+    part = ablations.run(P, ["depth"], n_prompts=2, Ks=(3,), taus=(0.5,), depths=(1, 2, 3), train=False)
+    assert list(part["tables"]["depth"]["label"].unique()) == ["1 layer", "2 layers"]
+    assert "Not run (head not trained in the time this run had): 3 layers" in (figs / "ablation_depth.md").read_text()
     # resumable: nothing is trained or decoded again
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke").rglob("*.csv") if "ablations" in str(p)}
     again = ablations.run(P, ["objective"], n_prompts=2, Ks=(3,), taus=(0.5,))

@@ -73,6 +73,14 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
     figs = tmp_runs.parent / "figures" / "smoke"
     for f in ("variance.md", "variance.csv", "variance.png", "variance_seeds.csv"):
         assert (figs / f).stat().st_size > 0
+    # every claim checked on each seed, then judged across the seeds
+    from mrp_repro.report import claims
+
+    reports = [claims.check_claims(claims.tables_from_results(variance.seed_results(P, variance.HEAD, s)))
+               for s in (0, 1)]
+    robust = {cid: variance.robust_verdict([r.set_index("id").loc[cid, "verdict"] for r in reports])
+              for cid in reports[0]["id"]}  # fmt: skip
+    assert any(r.verdict != NA for r in robust.values())  # the remasking and training claims are measured per seed
     # cached: a second run decodes and trains nothing
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke" / "variance").glob("*.csv")}
     again = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)

@@ -81,14 +81,15 @@ def _tau_key(t: float) -> str:
     return f"tau{round(100 * t)}"
 
 
-def axes(profile, depths: Sequence[int] = DEPTHS) -> dict[str, Axis]:
-    """The trained axes of a scratch or offline profile (labels say which variant is the paper's, which ours)."""
+def axes(profile, depths: Sequence[int] = DEPTHS, ks: Sequence[int] | None = None) -> dict[str, Axis]:
+    """The trained axes of a scratch or offline profile (labels say which variant is the paper's, which ours).
+    ks: the k_steps axis (default 1 .. min(3, trajectories.chain_steps))."""
     mc = profile.mrp
     own = "ours: " + (mc.train_source if isinstance(mc.train_source, str) else " + ".join(mc.train_source))
     src = [(own, {"mrp.train_source": mc.train_source}),
            ("paper: gt", {"trajectories.sources": ["gt"], "mrp.train_source": "gt"})]  # fmt: skip
     src += [(s, {"mrp.train_source": s}) for s in profile.trajectories.sources if s != "gt" and s != mc.train_source]
-    ks = range(1, min(3, profile.trajectories.chain_steps) + 1)
+    ks = ks or range(1, min(3, profile.trajectories.chain_steps) + 1)
     return {
         "depth": Axis("depth", "mrp.num_layers", "3 layers; 2-3 layers best, 8 worse",
                       tuple((f"{d} layer{'s' * (d > 1)}", {"mrp.num_layers": d}) for d in depths)),
@@ -514,13 +515,15 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
 
 def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None = None, family: str = "ours",
         Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, depths: Sequence[int] = DEPTHS,
+        ks: Sequence[int] | None = None,
         released: Sequence[tuple[str, dict]] | None = None, out=None, threads: int | None = None,
-        benchmarks: Sequence[str] | None = None, progress: bool = False) -> dict:  # fmt: skip
+        benchmarks: Sequence[str] | None = None, train: bool = True, progress: bool = False) -> dict:  # fmt: skip
     """Train (or load) every variant's head, decode, write the tables, figures and claims; see the module docstring.
     Finished heads and decodes are reused (stages' cache, runs/<profile>/ablations/), so a killed run resumes.
     released: (label, overrides with mrp.pretrained) per released head; default on paper.comparable profiles: the
     profile's own mrp.pretrained alone. threads: torch threads for training and decoding (None: as the profile).
-    benchmarks: default evaluation.benchmarks."""
+    benchmarks: default evaluation.benchmarks. train=False: variants whose head is not trained yet are left out
+    (named under their table as not run) instead of trained."""
     from mrp_repro import stages
     from mrp_repro.report import tables
     from mrp_repro.report.plots import save_figure
@@ -539,7 +542,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         all_axes["released"] = Axis("released", "mrp.pretrained", "the released heads (-3lyr, -3lyr-k2, "
                                     "-3lyr-direct)", tuple(released))  # every released head, one table
     else:
-        all_axes = axes(P, depths)
+        all_axes = axes(P, depths, ks)
     names = list(axis_names or all_axes)
     bad = [a for a in names if a not in all_axes]
     if bad:
@@ -552,10 +555,13 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
     tabs, claims, timing, all_runs = {}, [], [], {}
     for name in names:
         ax = all_axes[name]
-        rows, head_runs = [], {}
+        rows, head_runs, skipped = [], {}, []
         for label, ov in ax.variants:
             tv = time.perf_counter()
             Pv = P.replace(ov)
+            if not train and not Pv.mrp.pretrained and not (stages.head_dir(Pv, bb) / "done.json").exists():
+                skipped.append(label)
+                continue
             head, hid, metrics = _head(Pv, bb, progress)
             head_runs[label] = _decode(Pv, bb, head, hid, family, Ks, taus, n, benches)
             ovs = ",".join(f"{k}={v}" for k, v in ov.items())
@@ -564,6 +570,9 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
             all_runs[name, label] = head_runs[label]
             timing.append((name, label, time.perf_counter() - tv))
             print(f"[ablations] {name} / {label}: {timing[-1][2]:.0f}s ({hid})", flush=True)
+        if not rows:
+            print(f"[ablations] {name}: no head trained yet (train=False); not tabulated", flush=True)
+            continue
         t = pd.DataFrame(rows)
         first = ["ablation", "label", "benchmark", "n"]
         order = first + [c for c in columns(Ks, taus) if c in t and c not in (*first, "variant", "family")]
@@ -578,6 +587,8 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
                 + (" (released heads: mrp.pretrained)." if released is not None else " and trajectories.")]
         note.append(f"{n} prompts per task (evaluation.n_prompts{' overridden' if n_prompts is not None else ''}); "
                     f"decoding family `{family}`; remasking rule tau. Columns: docs/ablations.md.")
+        if skipped:
+            note.append(f"Not run (head not trained in the time this run had): {', '.join(skipped)}.")
         if claim:
             note.append(f"Declared test — statistic: {claim['statistic']}; comparison: {claim['comparison']}; "
                         f"rule: {claim['verdict_rule']}. Ours: {claim['ours']}. **Verdict: {claim['verdict']}**.")
@@ -604,15 +615,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default evaluation.n_prompts)")
     ap.add_argument("--family", default="ours", help=f"speculative decoding family: {', '.join(FAMILIES)}")
     ap.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), help="head depths of the depth axis")
+    ap.add_argument("--ks", type=int, nargs="+", default=None, help="k_steps of the K-step axis (default 1 2 3)")
     ap.add_argument("--released", nargs="+", default=None, help="label=SPEC[,key=value] per released head")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: the profile's)")
     ap.add_argument("--out", type=Path, default=None, help="default: figures/<profile>/")
+    ap.add_argument("--no-train", action="store_true", help="tabulate the heads trained so far; train nothing")
     a = ap.parse_args(argv)
     from mrp_repro.config import load_profile
 
     released = [parse_released(r) for r in a.released] if a.released else None
-    res = run(load_profile(a.profile), a.axes, a.n, a.family, depths=a.depths, released=released, out=a.out,
-              threads=a.threads, progress=False)  # fmt: skip
+    res = run(load_profile(a.profile), a.axes, a.n, a.family, depths=a.depths, ks=a.ks, released=released,
+              out=a.out, threads=a.threads, train=not a.no_train, progress=False)  # fmt: skip
     print(res["claims"].to_string(index=False))
     print(f"[ablations] done in {res['seconds']:.0f}s")
 

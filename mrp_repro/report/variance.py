@@ -6,6 +6,7 @@
     from mrp_repro.report import variance
     res = variance.run(profile, head_seeds=(0, 1, 2), backbone_seeds=(0, 1))   # figures/<profile>/variance.*
     variance.robust_verdict(["holds", "holds qualitatively", "holds"])          # Robustness(robust=True, ...)
+    variance.seed_results(profile, variance.HEAD, 1)    # one seed's result frames, for claims.tables_from_results
 
 Two kinds of seed, each a full re-run of what it covers:
 - head seed s: a head trained with profile seed s (its initialisation, batch order and held-out split: train_mrp
@@ -41,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
-           "spread_table", "plot_spread", "run", "main"]  # fmt: skip
+           "seed_results", "spread_table", "plot_spread", "run", "main"]  # fmt: skip
 
 #: headline -> what it is (its unit); the variance table's rows
 HEADLINES = {
@@ -231,6 +232,21 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
     ev = Pe.evaluation
     values = headline_values(runs, adj, metrics, ev.bootstrap_samples, ev.ci)
     return {"runs": runs, "adjacent": adj, "metrics": metrics, "head_dir": hdir, "values": values}
+
+
+def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None) -> dict[str, pd.DataFrame]:
+    """One seed's result frames under the notebooks' names (report.paper.RESULTS: backbone_runs, backbone,
+    remasking_runs, mrp_curve), from its cached runs (seed_run; computed if missing), so that a claim can be
+    checked on every seed: claims.check_claims(claims.tables_from_results(seed_results(P, kind, s))), then
+    robust_verdict over the seeds' verdicts of each claim."""
+    from mrp_repro.report import paper
+
+    r = seed_run(P, kind, s, n_prompts, bb=bb)
+    runs, ev = r["runs"], P.evaluation
+    return {"backbone_runs": runs[runs["mode"].isin(["static", "dynamic"])].reset_index(drop=True),
+            "backbone": paper.backbone_table(runs, ev.bootstrap_samples, ev.ci),
+            "remasking_runs": runs[runs["mode"].isin(["dynamic", "remask"])].reset_index(drop=True),
+            "mrp_curve": paper.mrp_curve_frame(r["head_dir"] / "loss_curve.csv")}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- across seeds
