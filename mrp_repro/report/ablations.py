@@ -500,7 +500,7 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
                 ax.axhline(float(table[table["benchmark"] == task][ref].iloc[0]), color="grey", ls=ls, lw=1,
                            label=f"{task} static")  # fmt: skip
         ax.set_title(title)
-        ax.legend(fontsize=7, loc="lower left", framealpha=0.8)
+        ax.legend(fontsize=7, loc="best", framealpha=0.8)
     for ax in axs:
         ax.set_xticks(x, variants, rotation=20, ha="right", fontsize=8)
     axis = table["ablation"].iloc[0]
