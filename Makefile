@@ -18,7 +18,7 @@ STAMP := $(VENV)/.setup-stamp
 KERNEL := mrp-repro
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test reproduce lab clean distclean gpu-check
+.PHONY: help setup test reproduce ablations variance lab clean distclean gpu-check
 
 help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
@@ -28,6 +28,10 @@ help:
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/) and compares (docs/published.md)"
 	@echo "make gpu-check   setup, then the GPU check (kernels, bf16 verify, engine at SDAR-4B shapes; <= 8 min) into figures/gpu_check-<device>/"
+	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: ~10 heads, about an hour on tiny;"
+	@echo "                 resumable) and notebook 10: figures/$(PROFILE)/ablation_*"
+	@echo "make variance    setup, then 3 head seeds and 3 backbone seeds on PROFILE (opt-in: ~1.5 h on tiny;"
+	@echo "                 resumable): figures/$(PROFILE)/variance*"
 	@echo "make lab         setup, then JupyterLab on notebooks/"
 	@echo "make clean       remove runs/ and caches (keeps $(VENV)); distclean also removes $(VENV)"
 
@@ -54,6 +58,13 @@ reproduce: setup
 
 gpu-check: setup
 	$(VPY) -m mrp_repro.gpu_check
+
+ablations: setup
+	$(VPY) -m mrp_repro.report.ablations --profile $(PROFILE)
+	$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --only 10
+
+variance: setup
+	$(VPY) -m mrp_repro.report.variance --profile $(PROFILE)
 
 lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks

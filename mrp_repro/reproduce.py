@@ -13,7 +13,8 @@ outputs cut, paths relative to the repository), next to the figures: figures/<pr
 itself stays output-free). At the end, figures/<profile>/COLUMNS.md defines every column of every table there
 (an undefined column is an error). Stops at the first notebook that fails, naming it, the failing cell (index and
 source) and its executed copy. Stages whose cached artifacts are valid (runs/<profile>/<stage>-<hash>/,
-results-<profile hash>/) are reused, so a re-run only recomputes what changed.
+results-<profile hash>/) are reused, so a re-run only recomputes what changed. OPT_IN
+notebooks (10_ablations: about an hour of head training on tiny) run only when named: `--only 10` (`make ablations`).
 
 With --nproc N > 1 the heavy stages run first, through torchrun on N local ranks (mrp_repro.distributed):
 the backbone (one process), the trajectories of every trajectories.sources entry (sharded), the head (DDP; not
@@ -44,11 +45,17 @@ MAX_TEXT_CHARS = 4000
 DROP_MIME = ("application/pdf",)
 
 
-def notebooks(only: list[str] | None = None) -> list[Path]:
+#: notebooks `make reproduce` leaves out unless named with --only: they train many heads (10: `make ablations`,
+#: about an hour on tiny, next to make reproduce's 30-minute budget)
+OPT_IN = ("10_ablations",)
+
+
+def notebooks(only: list[str] | None = None, opt_in: bool = False) -> list[Path]:
+    """The notebooks in order; OPT_IN ones only when named in `only` or with opt_in=True."""
     nbs = sorted((repo_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if only:
-        nbs = [nb for nb in nbs if nb.name[:2] in only or nb.stem in only]
-    return nbs
+        return [nb for nb in nbs if nb.name[:2] in only or nb.stem in only]
+    return nbs if opt_in else [nb for nb in nbs if nb.stem not in OPT_IN]
 
 
 def failure_message(nb: Path, out: Path, e: BaseException, seconds: float) -> str:

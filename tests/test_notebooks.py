@@ -37,13 +37,18 @@ EXPECTED = {
     "07_remasking": {"tables": ["remasking", "remasking_by_rule"], "figures": ["remasking", "trajectory"]},
     "08_kernels": {"tables": ["kernels_gbps"], "files": ["kernels.csv", "kernels.png", "kernels.pdf"]},
     "09_claims": {"tables": ["claims_table"], "files": ["claims.md", "claims.csv"]},
+    "10_ablations": {"tables": ["ablation_objective", "ablation_claims"], "figures": ["ablation_objective"]},
 }
+#: notebook parameters of the smoke run that are sizes, not profile settings (10: one axis, one K and τ: the CI
+#: budget; tests/test_ablations.py runs every axis)
+SMOKE_PARAMS = {"10_ablations": {"axes": ["objective"], "Ks": [3], "taus": [0.5]}}
 
 
 def test_every_notebook_is_listed_and_clean():
-    names = [nb.stem for nb in notebooks()]
+    names = [nb.stem for nb in notebooks(opt_in=True)]
     assert names == sorted(EXPECTED), names
-    for nb in notebooks():
+    assert "10_ablations" not in [nb.stem for nb in notebooks()]  # opt-in: make ablations, not make reproduce
+    for nb in notebooks(opt_in=True):
         d = json.loads(nb.read_text())
         tagged = [c for c in d["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1 and 'profile = "tiny"' in "".join(tagged[0]["source"]), nb.name
@@ -85,7 +90,7 @@ def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        published = run_notebook(nb, load_profile("smoke"), "smoke", kernel)  # what `make reproduce` runs
+        published = run_notebook(nb, load_profile("smoke"), "smoke", kernel, SMOKE_PARAMS.get(name))  # make reproduce
     finally:
         for k, v in old.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -159,10 +164,12 @@ SDAR_EXPECTED = {
     **EXPECTED,
     "01_backbone": {"tables": ["backbone"]},
     "04_train_mrp": {"tables": ["mrp_head", "mrp_heldout"]},
+    "10_ablations": {"tables": ["ablation_released"]},  # a released head: evaluated, never trained
 }
 #: notebook parameters that are sizes, not profile settings
 SDAR_PARAMS = {"03_adjacent_step_logits": {"n_problems": 1, "max_distance": 2}, "05_speculative": {"n_latency": 1},
-               "07_remasking": {"n_trace": 1}}  # fmt: skip
+               "07_remasking": {"n_trace": 1},
+               "10_ablations": {"Ks": [3], "taus": [0.5], "benchmarks": ["gsm8k"]}}  # fmt: skip
 
 
 def _run_sdar(names, root, dtype):

@@ -1,0 +1,636 @@
+"""The paper's design ablations (issue 22): one MRP head per variant of one axis, every head measured the same way.
+
+    .venv/bin/python -m mrp_repro.report.ablations --profile tiny       # make ablations: trains what is missing
+    .venv/bin/python -m mrp_repro.report.ablations --profile tiny --axes depth objective --n 100 --threads 1
+    .venv/bin/python -m mrp_repro.report.ablations --profile sdar-4b --released base=heavyball/sdar-4b-mrp-3lyr@SHA \
+        k2=heavyball/sdar-4b-mrp-3lyr-k2@SHA,mrp.k_steps=2 \
+        direct=heavyball/sdar-4b-mrp-3lyr-direct@SHA,mrp.objective=direct
+
+    from mrp_repro.report import ablations
+    res = ablations.run(profile)      # {"tables": {axis: table}, "claims", "runs", ...}; figures/<profile>/ablation_*
+
+Axes (`axes`; each variant is a set of profile overrides of existing mrp / mrp_training / trajectories settings, its
+head trained by mrp_repro.stages on the profile's own backbone and trajectories, cached like any head):
+depth (mrp.num_layers), objective (mrp.objective), k_steps (mrp.k_steps), train_source (mrp.train_source: the
+paper's `gt` reveal mode on our offline recipe vs our sources), init (mrp.init / mrp.init_std). A variant equal to
+the profile's own head is that head (same cache key), trained once. On a profile whose numbers compare with the
+paper's (paper.comparable) nothing is trained: the released heads (mrp.pretrained, one per variant: `released`)
+fill the objective and k_steps axes, the only ones the authors released variants for.
+
+Every variant reports, per task (the same prompts for every head, evaluation.n_prompts unless --n):
+- held-out KL(B‖A+C) against KL(B‖A) at step 1 (the head's training metrics; step 1 so K-step heads compare);
+- speculative TPF share of the oracle at K = 3 and 5: TPF of speculative(K, mrp) over that of speculative(K, oracle)
+  on the same prompts, with a bootstrap CI over prompts. The decoding family is a parameter (FAMILIES): `ours` now;
+  issue 20's `upstream` family registers itself there;
+- direct step 1 / 2 accuracy;
+- remasking recovery at τ = 0.5 and 0.7 (rule `tau`, the paper's): recovery = (acc remask(τ) − acc dynamic(τ)) /
+  (acc static − acc dynamic(τ)) in percent, over the same prompts: the share of dynamic decoding's accuracy loss
+  against static that remasking wins back (100 = all of it, 0 = none, < 0 = worse than dynamic; blank where dynamic
+  loses nothing), with a paired bootstrap CI over prompts (resamples without a loss dropped).
+
+Per axis: ablation_<axis>.{md,tex,csv} (the paper's statement and, for depth / objective / k_steps, a declared-test
+claim under the table) and ablation_<axis>.{png,pdf}; ablation_claims.{md,tex,csv} collects the claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Axis", "AXIS_CLAIMS", "FAMILIES", "DEPTHS", "COLUMNS", "CLAIM_COLUMNS", "axes", "released_axes",
+           "parse_released", "recovery_ci", "share_ci", "share_diff_ci", "variant_metrics", "check_claim", "run",
+           "plot_axis", "main"]  # fmt: skip
+
+#: head depths of the depth axis (the paper: 3 layers, 2-3 best, 8 worse; 8 is opt-in: --depths 1 2 3 8)
+DEPTHS = (1, 2, 3)
+#: speculative draft lengths and remasking thresholds every variant is measured at
+KS = (3, 5)
+TAUS = (0.5, 0.7)
+#: relative difference of two held-out KL ratios below which the declared tests call them tied
+KL_TIE = 0.02
+
+
+def _spec_ours(K: int, head):
+    from mrp_repro.decoding import Speculative
+
+    return Speculative(K, "mrp", head=head) if head is not None else Speculative(K, "oracle")
+
+
+#: decoding family -> policy builder (K, head or None for the oracle drafter). Issue 20 adds "upstream".
+FAMILIES: dict[str, Callable] = {"ours": _spec_ours}
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    setting: str  # the profile settings it varies
+    paper: str  # the paper's statement
+    variants: tuple[tuple[str, dict], ...]  # (label, profile overrides)
+
+
+def _tau_key(t: float) -> str:
+    return f"tau{round(100 * t)}"
+
+
+def axes(profile, depths: Sequence[int] = DEPTHS, ks: Sequence[int] | None = None) -> dict[str, Axis]:
+    """The trained axes of a scratch or offline profile (labels say which variant is the paper's, which ours).
+    ks: the k_steps axis (default 1 .. min(3, trajectories.chain_steps))."""
+    mc = profile.mrp
+    own = "ours: " + (mc.train_source if isinstance(mc.train_source, str) else " + ".join(mc.train_source))
+    src = [(own, {"mrp.train_source": mc.train_source}),
+           ("paper: gt", {"trajectories.sources": ["gt"], "mrp.train_source": "gt"})]  # fmt: skip
+    src += [(s, {"mrp.train_source": s}) for s in profile.trajectories.sources if s != "gt" and s != mc.train_source]
+    ks = ks or range(1, min(3, profile.trajectories.chain_steps) + 1)
+    return {
+        "depth": Axis("depth", "mrp.num_layers", "3 layers; 2-3 layers best, 8 worse",
+                      tuple((f"{d} layer{'s' * (d > 1)}", {"mrp.num_layers": d}) for d in depths)),
+        "objective": Axis("objective", "mrp.objective", "the residual objective beats predicting B directly",
+                          (("residual", {"mrp.objective": "residual"}), ("direct", {"mrp.objective": "direct"}))),
+        "k_steps": Axis("k_steps", "mrp.k_steps", "K-step heads (released -k2) for longer drafts",
+                        tuple((f"k={k}", {"mrp.k_steps": k}) for k in ks)),
+        "train_source": Axis("train_source", "mrp.train_source", "trained online on gt reveals (one ground-truth "
+                             "token per block)", tuple(src)),
+        "init": Axis("init", "mrp.init, mrp.init_std", "normal init, std 0.2 (training script); a structured init "
+                     "exists upstream", ((f"ours: zero-out, std {mc.init_std:g}", {"mrp.init": "zero-out"}),
+                                         ("paper: normal, std 0.2", {"mrp.init": "normal", "mrp.init_std": 0.2}),
+                                         ("structured, std 0.2", {"mrp.init": "structured", "mrp.init_std": 0.2}))),
+    }  # fmt: skip
+
+
+def parse_released(text: str) -> tuple[str, dict]:
+    """'label=SPEC[,key=value...]' -> (label, {"mrp.pretrained": SPEC, key: value}) (values as YAML scalars)."""
+    import yaml
+
+    label, eq, rest = text.partition("=")
+    if not eq or not rest:
+        raise ValueError(f"--released {text!r}: write label=SPEC[,mrp.k_steps=2], SPEC a hub id@revision or a dir")
+    spec, *pairs = rest.split(",")
+    out = {"mrp.pretrained": spec}
+    for p in pairs:
+        k, eq, v = p.partition("=")
+        if not eq:
+            raise ValueError(f"--released {text!r}: {p!r} is not key=value")
+        out[k.strip()] = yaml.safe_load(v)
+    return label.strip(), out
+
+
+def released_axes(profile, released: Sequence[tuple[str, dict]]) -> dict[str, Axis]:
+    """Axes over released heads (each overrides mrp.pretrained): objective and k_steps, each holding the released
+    heads that differ from the first (the base head) in that setting, beside the base head; none with one head."""
+    if not released:
+        raise ValueError(f"profile {profile.name}: paper.comparable profiles evaluate released heads; pass them as "
+                         "released=[(label, {'mrp.pretrained': spec, ...}), ...] (CLI: --released label=SPEC,...)")
+    for label, ov in released:
+        if "mrp.pretrained" not in ov:
+            raise ValueError(f"released head {label!r}: its overrides must set mrp.pretrained")
+    base = profile.replace(released[0][1]).mrp
+    out = {}
+    for name, key, paper in (("objective", "objective", "the residual objective beats predicting B directly"),
+                             ("k_steps", "k_steps", "K-step heads (released -k2) for longer drafts")):  # fmt: skip
+        vs = [released[0]] + [(lab, ov) for lab, ov in released[1:]
+                              if getattr(profile.replace(ov).mrp, key) != getattr(base, key)]  # fmt: skip
+        if len(vs) > 1:
+            out[name] = Axis(name, f"mrp.{key}", paper, tuple(vs))
+    return out
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def _boot(n: int, n_boot: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def _q(x: np.ndarray, ci: float) -> tuple[float, float]:
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return (math.nan, math.nan)
+    a = (1 - ci) / 2
+    return float(np.quantile(x, a)), float(np.quantile(x, 1 - a))
+
+
+def recovery_ci(static, dynamic, remask, n_boot: int = 1000, ci: float = 0.95, seed: int = 0):
+    """(recovery %, lo, hi, loss in points): 100 * (mean remask - mean dynamic) / (mean static - mean dynamic) over
+    paired prompts (0/1 correctness arrays), NaN when dynamic loses nothing (static - dynamic <= 0)."""
+    s, d, r = (np.asarray(x, dtype=float) for x in (static, dynamic, remask))
+    if not (s.shape == d.shape == r.shape):
+        raise ValueError("recovery_ci: static, dynamic and remask must be paired on the same prompts")
+
+    def rec(idx):
+        loss = s[idx].mean(-1) - d[idx].mean(-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(loss > 0, 100 * (r[idx].mean(-1) - d[idx].mean(-1)) / loss, np.nan)
+
+    loss = 100 * float(s.mean() - d.mean()) if s.size else math.nan
+    point = float(rec(np.arange(s.size))) if s.size else math.nan
+    if s.size < 2 or n_boot <= 0 or math.isnan(point):
+        return (point, point, point, loss)
+    return (point, *_q(rec(_boot(s.size, n_boot, seed)), ci), loss)
+
+
+def share_ci(tok_m, fwd_m, tok_o, fwd_o, n_boot: int = 1000, ci: float = 0.95, seed: int = 0):
+    """(share, lo, hi): (Σ tok_m / Σ fwd_m) / (Σ tok_o / Σ fwd_o), the TPF of a drafter over the oracle's on paired
+    prompts (measure.stats.ratio_ci, whose resampling it is)."""
+    from mrp_repro.measure.stats import ratio_ci
+
+    return ratio_ci(tok_m, fwd_m, tok_o, fwd_o, n_boot, ci, seed)
+
+
+def share_diff_ci(a: tuple, b: tuple, oracle: tuple, n_boot: int = 1000, ci: float = 0.95, seed: int = 0):
+    """(share_b - share_a, lo, hi): two drafters' TPF shares of the oracle on the same prompts, one resampling for
+    both (a paired difference). a, b, oracle: (tokens, denoise_forwards) arrays per prompt."""
+    arrs = [np.asarray(x, dtype=float) for pair in (a, b, oracle) for x in pair]
+    n = arrs[0].size
+    if any(x.size != n for x in arrs) or n == 0:
+        raise ValueError("share_diff_ci: every array must hold the same prompts")
+
+    def diff(idx):
+        ta, fa, tb, fb, to, fo = (x[idx].sum(-1) for x in arrs)
+        tpf_o = to / fo
+        return (tb / fb) / tpf_o - (ta / fa) / tpf_o
+
+    point = float(diff(np.arange(n)))
+    if n < 2 or n_boot <= 0:
+        return (point, point, point)
+    return (point, *_q(diff(_boot(n, n_boot, seed)), ci))
+
+
+# ----------------------------------------------------------------------------- heads and decoding
+
+
+def _head(P, bb, progress: bool):
+    """(head, head id, training metrics or {}) of one variant profile: released (mrp.pretrained) or trained."""
+    from mrp_repro import stages
+
+    if P.mrp.pretrained:
+        head, info = stages.pretrained_head(P, bb)
+        return head, f"released:{info.spec}@{info.revision}:{info.fingerprint}", {}
+    head = stages.head(P, bb, progress=progress)
+    d = stages.head_dir(P, bb)
+    return head, d.name, json.loads((d / "metrics.json").read_text())
+
+
+def _cache_path(P, kind: str, key: str) -> Path:
+    from mrp_repro.runtime import runs_root
+
+    d = runs_root() / P.name / "ablations"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.csv"
+
+
+def _decode(P, bb, head, head_id: str, family: str, Ks, taus, n_prompts, benchmarks) -> pd.DataFrame:
+    """The runs frame (measure.schema columns) of one head's settings, or of the head-free baselines (head None:
+    static, dynamic(τ), the oracle drafter at each K); cached under runs/<profile>/ablations/, keyed by the head,
+    the family, the settings, the prompts and the decoding section."""
+    from mrp_repro.decoding import Direct, Dynamic, Remask, Static
+    from mrp_repro.measure.runs import eval_problems, model_for_profile, run_setting
+    from mrp_repro.report.paper import RESULTS_SCHEMA
+
+    if family not in FAMILIES:
+        raise ValueError(f"decoding family {family!r}: choose one of {', '.join(FAMILIES)} (issue 20 adds upstream)")
+    spec = FAMILIES[family]
+    if head is None:
+        settings = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
+        settings += [("speculative", spec(K, None)) for K in Ks]
+    else:
+        settings = [("speculative", spec(K, head)) for K in Ks] + [("direct", Direct(s, head=head)) for s in (1, 2)]
+        settings += [("remask", Remask(t, "tau", head=head)) for t in taus]
+    key = "|".join(map(str, (head_id, family, [p.name for _, p in settings], n_prompts, list(benchmarks),
+                             P.section_hash("decoding", "data"), RESULTS_SCHEMA)))  # fmt: skip
+    path = _cache_path(P, "baseline" if head is None else "head", key)
+    if path.exists():
+        return pd.read_csv(path, keep_default_na=False, na_values=[""])
+    d = P.decoding
+    frames = []
+    for bench in benchmarks:
+        problems = eval_problems(P, bench, n_prompts)
+        for mode, pol in settings:
+            frames.append(run_setting(bb, problems, mode, pol, d.batch_size, d.max_new_tokens, model_for_profile(P),
+                                      P.paper.model))  # fmt: skip
+    df = pd.concat(frames, ignore_index=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def _by_problem(runs: pd.DataFrame, bench: str, mode: str, K: float | None = None,
+                tau: float | None = None) -> pd.DataFrame:  # fmt: skip
+    """The rows of one setting on one task (selected by the schema's mode, K, threshold), indexed by problem_id."""
+    g = runs[(runs["mode"] == mode) & (runs["benchmark"] == bench)]
+    if K is not None:
+        g = g[np.isclose(g["K"].astype(float), K)]
+    if tau is not None:
+        g = g[np.isclose(g["threshold"].astype(float), tau)]
+    if g.empty or g["setting"].nunique() != 1:
+        raise ValueError(f"ablations: {g['setting'].nunique()} settings of mode {mode} (K={K}, τ={tau}) on {bench}")
+    return g.set_index("problem_id").sort_index()
+
+
+def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: dict, family: str = "ours",
+                    Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, n_boot: int = 1000, ci: float = 0.95,
+                    seed: int = 0) -> list[dict]:  # fmt: skip
+    """One row per task of one head: the metrics of the module docstring (column names: COLUMNS)."""
+    from mrp_repro.measure.stats import mean_ci
+
+    kl, base = metrics.get("heldout_kl_step1", math.nan), metrics.get("heldout_baseline_kl_step1", math.nan)
+    rows = []
+    for bench in sorted(set(head_runs["benchmark"])):
+        static = _by_problem(base_runs, bench, "static")
+        row = {"benchmark": bench, "n": len(static), "heldout_kl_step1": kl, "heldout_baseline_kl_step1": base,
+               "heldout_kl_ratio": kl / base if base and not math.isnan(base) else math.nan,
+               "head_train_s": metrics.get("train_time_s", math.nan)}  # fmt: skip
+        for K in Ks:
+            m = _by_problem(head_runs, bench, "speculative", K=K)  # the head's drafter
+            o = _by_problem(base_runs, bench, "speculative", K=K).loc[m.index]  # the oracle
+            c = f"tpf_share_k{K}"
+            row[c], row[f"{c}_lo"], row[f"{c}_hi"] = share_ci(m["tokens"], m["denoise_forwards"], o["tokens"],
+                                                              o["denoise_forwards"], n_boot, ci, seed)  # fmt: skip
+        row["static_accuracy"] = 100 * static["correct"].astype(float).mean()
+        for s in (1, 2):
+            g = _by_problem(head_runs, bench, "direct", K=s)
+            c = f"direct_step{s}_accuracy"
+            row[c], row[f"{c}_lo"], row[f"{c}_hi"] = mean_ci(g["correct"].astype(float), n_boot, ci, seed)
+        for t in taus:
+            dyn = _by_problem(base_runs, bench, "dynamic", tau=t).loc[static.index]
+            rem = _by_problem(head_runs, bench, "remask", tau=t).loc[static.index]
+            c = f"remask_recovery_{_tau_key(t)}"
+            row[c], row[f"{c}_lo"], row[f"{c}_hi"], row[f"dynamic_loss_{_tau_key(t)}"] = recovery_ci(
+                static["correct"], dyn["correct"], rem["correct"], n_boot, ci, seed)
+        rows.append(row)
+    return rows
+
+
+def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS) -> dict[str, str]:
+    """Every column of an ablation table (name -> definition) for these K and τ; CIs are <column>_lo / _hi."""
+    out = {
+        "ablation": "the ablated design choice: depth, objective, k_steps, train_source, init (or released)",
+        "label": "the head on this axis ('paper:' the paper's choice, 'ours:' the profile's)",
+        "variant": "the profile overrides the head was trained with (mrp.pretrained: the released head it loads), "
+        "key=value,...",
+        "benchmark": "the benchmark the decoding metrics are measured on (a runs column)",
+        "n": "prompts per task (the same prompts for every variant)",
+        "heldout_kl_step1": "held-out mean KL(B‖A+C) per still-masked slot after one reveal (nats; the head's "
+        "training metrics; direct objective: KL(B‖C)); blank for released heads",
+        "heldout_baseline_kl_step1": "held-out mean KL(B‖A), the uncorrected baseline, on the same slots (nats)",
+        "heldout_kl_ratio": "heldout_kl_step1 / heldout_baseline_kl_step1 (below 1: the head beats the baseline)",
+        "head_train_s": "the head's training wall seconds (its metrics.json train_time_s)",
+        "static_accuracy": "static(1) accuracy on these prompts (%), the reference of the recovery",
+        "family": "the decoding family of the speculative columns (ours; issue 20 adds upstream)",
+    }
+    for K in Ks:
+        out[f"tpf_share_k{K}"] = (f"TPF of speculative({K}, mrp) over that of speculative({K}, oracle) on the same "
+                                  "prompts (tokens per denoising forward, pooled); CI: bootstrap over prompts")
+    for s in (1, 2):
+        out[f"direct_step{s}_accuracy"] = f"accuracy of direct mode, MRP step {s} (%, CI over prompts)"
+    for t in taus:
+        k = _tau_key(t)
+        out[f"remask_recovery_{k}"] = (f"100 × (acc remask({t}, tau) − acc dynamic({t})) / (acc static − acc "
+                                       f"dynamic({t})), same prompts; blank when dynamic({t}) loses nothing; "
+                                       "paired bootstrap CI")  # fmt: skip
+        out[f"dynamic_loss_{k}"] = f"acc static − acc dynamic({t}) in points: the loss the recovery divides"
+    return out
+
+
+#: the columns of the default K and τ (every table written by `run` with the defaults)
+COLUMNS = columns()
+CLAIM_COLUMNS = {
+    "ablation": "the ablated design choice",
+    "paper": "the paper's statement",
+    "statistic": "what is compared",
+    "comparison": "which heads against which",
+    "verdict_rule": "the verdict rule, declared before the run",
+    "ours": "the measured values",
+    "verdict": "holds / holds qualitatively / does not hold / not measurable on this profile",
+}
+
+
+# ----------------------------------------------------------------------------- declared tests
+
+
+@dataclass(frozen=True)
+class AxisClaim:
+    axis: str
+    statistic: str
+    comparison: str
+    rule: str
+
+
+AXIS_CLAIMS = {
+    "depth": AxisClaim("depth", "held-out step-1 KL ratio KL(B‖A+C) / KL(B‖A) of each head (lower is better)",
+                       "the best of the 2- and 3-layer heads against every other depth run",
+                       f"holds: the best 2-3 layer ratio is below every other depth's by more than {KL_TIE:.0%} "
+                       f"(depth 8, when run, among them); holds qualitatively: it is within {KL_TIE:.0%} of the lowest "
+                       "(a tie); does not hold otherwise; not measurable without a 2- or 3-layer head"),
+    "objective": AxisClaim("objective", "held-out step-1 KL ratio (residual: KL(B‖A+C); direct: KL(B‖C); both over "
+                           "the same KL(B‖A))", "residual head against direct head",
+                           f"holds: residual's ratio is lower by more than {KL_TIE:.0%}; does not hold otherwise "
+                           "(a tie does not show residual beats direct); not measurable without both heads (or "
+                           "without training metrics: released heads)"),
+    "k_steps": AxisClaim("k_steps", "TPF share of the oracle at the largest K of the sweep (multi-draft rounds), per "
+                         "task", "the best K-step head (k >= 2) against the 1-step head, paired bootstrap over prompts",
+                         "holds: higher on every task with the difference's CI above 0; holds qualitatively: higher "
+                         "on average over tasks, CI not above 0 on every task; does not hold otherwise"),
+}  # fmt: skip
+
+
+def check_claim(axis: str, table: pd.DataFrame, diffs: dict | None = None) -> dict:
+    """{ablation, statistic, comparison, verdict_rule, ours, verdict} of one axis's declared test; `diffs` (k_steps:
+    task -> (diff, lo, hi) of share_diff_ci (best K-step head minus the 1-step head)."""
+    from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL
+
+    c = AXIS_CLAIMS[axis]
+    per = table.drop_duplicates("label").set_index("label")
+    out = {"ablation": axis, "statistic": c.statistic, "comparison": c.comparison, "verdict_rule": c.rule}
+    if axis in ("depth", "objective"):
+        r = per["heldout_kl_ratio"].astype(float)
+        if r.isna().all():
+            return {**out, "ours": "–", "verdict": NA, "reason": "no training metrics (released heads)"}
+        ours = "; ".join(f"{v}: {x:.3f}" for v, x in r.items())
+        if axis == "depth":
+            depth = {v: int(str(v).split()[0]) for v in r.index}
+            good = [v for v in r.index if depth[v] in (2, 3)]
+            if not good:
+                return {**out, "ours": ours, "verdict": NA}
+            best = r[good].min()
+            others = r[[v for v in r.index if v not in good]]
+            if (others * (1 - KL_TIE) > best).all():
+                verdict = HOLDS
+            elif (others >= best * (1 - KL_TIE)).all():
+                verdict = QUAL
+            else:
+                verdict = NOT
+            if not any(depth[v] >= 8 for v in r.index):
+                ours += " (8 layers not run)"
+        else:
+            if not {"residual", "direct"} <= set(r.index):
+                return {**out, "ours": ours, "verdict": NA}
+            verdict = HOLDS if r["residual"] < r["direct"] * (1 - KL_TIE) else NOT
+        return {**out, "ours": ours, "verdict": verdict}
+    if axis == "k_steps":
+        if not diffs:
+            return {**out, "ours": "–", "verdict": NA}
+        ours = "; ".join(f"{t}: {lab} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for t, (lab, d, lo, hi) in diffs.items())
+        ds = [d for _, d, _, _ in diffs.values()]
+        if all(d > 0 and lo > 0 for _, d, lo, _ in diffs.values()):
+            verdict = HOLDS
+        elif np.mean(ds) > 0:
+            verdict = QUAL
+        else:
+            verdict = NOT
+        return {**out, "ours": ours, "verdict": verdict}
+    raise ValueError(f"no declared test for axis {axis!r}; valid: {', '.join(AXIS_CLAIMS)}")
+
+
+def _kstep_diffs(table, head_runs: dict, base_runs, k_of: dict, K: int, n_boot, ci, seed) -> dict:
+    """task -> (label, diff, lo, hi): the K-step head (k >= 2) with the highest mean share at K minus the 1-step head.
+    k_of: variant label -> its mrp.k_steps."""
+    col = f"tpf_share_k{K}"
+    one = [v for v in table["label"].unique() if k_of[v] == 1]
+    multi = [v for v in table["label"].unique() if k_of[v] >= 2]
+    if not one or not multi:
+        return {}
+    best = table[table["label"].isin(multi)].groupby("label")[col].mean().idxmax()
+    out = {}
+    for task in sorted(table["benchmark"].unique()):
+        a = _by_problem(head_runs[one[0]], task, "speculative", K=K)
+        b = _by_problem(head_runs[best], task, "speculative", K=K).loc[a.index]
+        o = _by_problem(base_runs, task, "speculative", K=K).loc[a.index]
+        d = share_diff_ci((a["tokens"], a["denoise_forwards"]), (b["tokens"], b["denoise_forwards"]),
+                          (o["tokens"], o["denoise_forwards"]), n_boot, ci, seed)  # fmt: skip
+        out[task] = (best, *d)
+    return out
+
+
+# ----------------------------------------------------------------------------- figure
+
+
+def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Sequence[int] = KS,
+              taus: Sequence[float] = TAUS):  # fmt: skip
+    """Four panels over the axis's variants: held-out KL ratio; TPF share of the oracle (task x K); direct step 1/2
+    accuracy (task x step); remasking recovery (task x τ). Every series a bar group with its CI."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report.plots import _colors, set_theme
+
+    if table.empty:
+        raise ValueError("plot_axis: the table is empty; nothing to draw")
+    set_theme()
+    variants = list(dict.fromkeys(table["label"]))
+    tasks = sorted(table["benchmark"].unique())
+    x = np.arange(len(variants))
+    fig, axs = plt.subplots(1, 4, figsize=(18, 4.4))
+    kl = table.drop_duplicates("label").set_index("label").loc[variants, "heldout_kl_ratio"].astype(float)
+    axs[0].bar(x, kl.fillna(0).to_numpy(), color=_colors(1)[0])
+    axs[0].axhline(1.0, color="grey", ls="--", lw=1, label="uncorrected KL(B‖A)")
+    for i, v in enumerate(kl):
+        axs[0].text(i, 0 if math.isnan(v) else v, "n/a" if math.isnan(v) else f"{v:.2f}", ha="center",
+                    va="bottom", fontsize=8)  # fmt: skip
+    axs[0].set_title("held-out KL(B‖A+C) / KL(B‖A), step 1")
+    axs[0].legend(fontsize=8, loc="lower right")
+    panels = [(axs[1], [(f"tpf_share_k{K}", f"K={K}") for K in Ks], "TPF share of the oracle", None),
+              (axs[2], [(f"direct_step{s}_accuracy", f"step {s}") for s in (1, 2)], "direct mode accuracy (%)",
+               "static_accuracy"),
+              (axs[3], [(f"remask_recovery_{_tau_key(t)}", f"τ={t:g}") for t in taus],
+               "remasking recovery (% of dynamic's loss)", None)]  # fmt: skip
+    for ax, series, title, ref in panels:
+        groups = [(task, col, lab) for task in tasks for col, lab in series]
+        w = 0.8 / len(groups)
+        cols = _colors(len(groups))
+        for j, (task, col, lab) in enumerate(groups):
+            g = table[table["benchmark"] == task].set_index("label").loc[variants]
+            y = g[col].astype(float).to_numpy()
+            err = np.vstack([(y - g[f"{col}_lo"]).clip(lower=0), (g[f"{col}_hi"] - y).clip(lower=0)])
+            pos = x - 0.4 + w * (j + 0.5)
+            ax.bar(pos, np.nan_to_num(y), w, yerr=np.nan_to_num(err), color=cols[j], label=f"{task} {lab}", capsize=2)
+            for p, v in zip(pos, y, strict=True):
+                if math.isnan(v):
+                    ax.text(p, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+        if ref is not None:
+            for task, ls in zip(tasks, ("--", ":", "-."), strict=False):
+                ax.axhline(float(table[table["benchmark"] == task][ref].iloc[0]), color="grey", ls=ls, lw=1,
+                           label=f"{task} static")  # fmt: skip
+        ax.set_title(title)
+        ax.legend(fontsize=7, loc="best", framealpha=0.8)
+    for ax in axs:
+        ax.set_xticks(x, variants, rotation=20, ha="right", fontsize=8)
+    axis = table["ablation"].iloc[0]
+    head = f"ablation: {axis} — paper: {paper}" + (f" — declared test: {verdict}" if verdict else "")
+    fig.suptitle(head, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None = None, family: str = "ours",
+        Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, depths: Sequence[int] = DEPTHS,
+        ks: Sequence[int] | None = None,
+        released: Sequence[tuple[str, dict]] | None = None, out=None, threads: int | None = None,
+        benchmarks: Sequence[str] | None = None, train: bool = True, progress: bool = False) -> dict:  # fmt: skip
+    """Train (or load) every variant's head, decode, write the tables, figures and claims; see the module docstring.
+    Finished heads and decodes are reused (stages' cache, runs/<profile>/ablations/), so a killed run resumes.
+    released: (label, overrides with mrp.pretrained) per released head; default on paper.comparable profiles: the
+    profile's own mrp.pretrained alone. threads: torch threads for training and decoding (None: as the profile).
+    benchmarks: default evaluation.benchmarks. train=False: variants whose head is not trained yet are left out
+    (named under their table as not run) instead of trained."""
+    from mrp_repro import stages
+    from mrp_repro.report import tables
+    from mrp_repro.report.plots import save_figure
+    from mrp_repro.runtime import seed_everything, set_num_threads
+
+    P = profile
+    ev = P.evaluation
+    boot = dict(n_boot=ev.bootstrap_samples, ci=ev.ci, seed=0)
+    seed_everything(P.seed)
+    bb = stages.backbone(P, progress=progress)
+    set_num_threads(threads)
+    if released is None and (P.paper.comparable or P.mrp.pretrained):  # never train on such a profile
+        released = [("profile", {"mrp.pretrained": P.mrp.pretrained})] if P.mrp.pretrained else []
+    if released is not None:
+        all_axes = released_axes(P, released)
+        all_axes["released"] = Axis("released", "mrp.pretrained", "the released heads (-3lyr, -3lyr-k2, "
+                                    "-3lyr-direct)", tuple(released))  # every released head, one table
+    else:
+        all_axes = axes(P, depths, ks)
+    names = list(axis_names or all_axes)
+    bad = [a for a in names if a not in all_axes]
+    if bad:
+        raise ValueError(f"unknown or unavailable axis {bad}; valid here: {', '.join(all_axes)}")
+    n = n_prompts if n_prompts is not None else ev.n_prompts
+    benches = list(benchmarks or ev.benchmarks)
+    t0 = time.perf_counter()
+    base_runs = _decode(P, bb, None, "baseline", family, Ks, taus, n, benches)
+    figs = tables.out_dir(out if out is not None else P)
+    tabs, claims, timing, all_runs = {}, [], [], {}
+    for name in names:
+        ax = all_axes[name]
+        rows, head_runs, skipped = [], {}, []
+        for label, ov in ax.variants:
+            tv = time.perf_counter()
+            Pv = P.replace(ov)
+            if not train and not Pv.mrp.pretrained and not (stages.head_dir(Pv, bb) / "done.json").exists():
+                skipped.append(label)
+                continue
+            head, hid, metrics = _head(Pv, bb, progress)
+            head_runs[label] = _decode(Pv, bb, head, hid, family, Ks, taus, n, benches)
+            ovs = ",".join(f"{k}={v}" for k, v in ov.items())
+            for r in variant_metrics(head_runs[label], base_runs, metrics, family, Ks, taus, **boot):
+                rows.append({"ablation": name, "label": label, "variant": ovs, **r, "family": family})
+            all_runs[name, label] = head_runs[label]
+            timing.append((name, label, time.perf_counter() - tv))
+            print(f"[ablations] {name} / {label}: {timing[-1][2]:.0f}s ({hid})", flush=True)
+        if not rows:
+            print(f"[ablations] {name}: no head trained yet (train=False); not tabulated", flush=True)
+            continue
+        t = pd.DataFrame(rows)
+        first = ["ablation", "label", "benchmark", "n"]
+        order = first + [c for c in columns(Ks, taus) if c in t and c not in (*first, "variant", "family")]
+        t = t[order + ["variant", "family"] + [c for c in t if c.endswith(("_lo", "_hi"))]]
+        claim = None
+        if name in AXIS_CLAIMS:
+            k_of = {label: P.replace(ov).mrp.k_steps for label, ov in ax.variants}
+            diffs = _kstep_diffs(t, head_runs, base_runs, k_of, max(Ks), **boot) if name == "k_steps" else None
+            claim = {**check_claim(name, t, diffs), "paper": ax.paper}
+            claims.append(claim)
+        note = [f"Paper: {ax.paper}. Axis: {ax.setting}; every head on the profile's backbone"
+                + (" (released heads: mrp.pretrained)." if released is not None else " and trajectories.")]
+        note.append(f"{n} prompts per task (evaluation.n_prompts{' overridden' if n_prompts is not None else ''}); "
+                    f"decoding family `{family}`; remasking rule tau. Columns: docs/ablations.md.")
+        if skipped:
+            note.append(f"Not run (head not trained in the time this run had): {', '.join(skipped)}.")
+        if claim:
+            note.append(f"Declared test — statistic: {claim['statistic']}; comparison: {claim['comparison']}; "
+                        f"rule: {claim['verdict_rule']}. Ours: {claim['ours']}. **Verdict: {claim['verdict']}**.")
+        tables.save_table(t, figs, f"ablation_{name}", digits=3, note="\n\n".join(note))
+        tabs[name] = t
+        if name == "released":  # a list of heads, not an axis: the table only
+            continue
+        fig = plot_axis(t, ax.paper, claim["verdict"] if claim else "", Ks, taus)
+        save_figure(fig, figs, f"ablation_{name}")
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    cl = pd.DataFrame(claims, columns=list(CLAIM_COLUMNS))
+    if len(cl):
+        tables.save_table(cl, figs, "ablation_claims", note=f"{n} prompts per task; family `{family}`.")
+    return {"tables": tabs, "claims": cl, "runs": all_runs, "baseline": base_runs, "timing": timing,
+            "seconds": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--axes", nargs="*", default=None, help="default: every axis the profile has")
+    ap.add_argument("--n", type=int, default=None, help="prompts per task (default evaluation.n_prompts)")
+    ap.add_argument("--family", default="ours", help=f"speculative decoding family: {', '.join(FAMILIES)}")
+    ap.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), help="head depths of the depth axis")
+    ap.add_argument("--ks", type=int, nargs="+", default=None, help="k_steps of the K-step axis (default 1 2 3)")
+    ap.add_argument("--released", nargs="+", default=None, help="label=SPEC[,key=value] per released head")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: the profile's)")
+    ap.add_argument("--out", type=Path, default=None, help="default: figures/<profile>/")
+    ap.add_argument("--no-train", action="store_true", help="tabulate the heads trained so far; train nothing")
+    a = ap.parse_args(argv)
+    from mrp_repro.config import load_profile
+
+    released = [parse_released(r) for r in a.released] if a.released else None
+    res = run(load_profile(a.profile), a.axes, a.n, a.family, depths=a.depths, ks=a.ks, released=released,
+              out=a.out, threads=a.threads, train=not a.no_train, progress=False)  # fmt: skip
+    print(res["claims"].to_string(index=False))
+    print(f"[ablations] done in {res['seconds']:.0f}s")
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)

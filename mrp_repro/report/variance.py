@@ -1,0 +1,376 @@
+"""Seed spread of every headline number (issue 22): how far each moves with the head's seed and the backbone's.
+
+    .venv/bin/python -m mrp_repro.report.variance --profile tiny                  # make variance: seeds 0 1 2 of both
+    .venv/bin/python -m mrp_repro.report.variance --profile tiny --head-seeds 0 1 2 --backbone-seeds 0 1 --threads 1
+
+    from mrp_repro.report import variance
+    res = variance.run(profile, head_seeds=(0, 1, 2), backbone_seeds=(0, 1))   # figures/<profile>/variance.*
+    variance.robust_verdict(["holds", "holds qualitatively", "holds"])          # Robustness(robust=True, ...)
+    variance.seed_results(profile, variance.HEAD, 1)    # one seed's result frames, for claims.tables_from_results
+
+Two kinds of seed, each a full re-run of what it covers:
+- head seed s: a head trained with profile seed s (its initialisation, batch order and held-out split: train_mrp
+  keys all three by the seed) on the profile's own (published) backbone and trajectories, under
+  runs/<profile>/variance-head-<key>/ (stages' head directory of seed s would name seed-s trajectories);
+- backbone seed s: the whole pipeline of profile.replace({"seed": s}) through mrp_repro.stages: the backbone's init
+  and noise (its data order is keyed by data.seed, which also picks the evaluation prompts, so it stays), then its
+  trajectories and its head. The profile's own seed is the published run of both kinds.
+
+Headlines (HEADLINES), each per task where it has one, on the same prompts for every seed: static accuracy,
+dynamic τ=0.5 accuracy, the largest remasking gain over τ (rule tau, paired against dynamic(τ)), the adjacent-step
+median KL (confidence < 0.99, distance 1), the held-out KL ratio KL(B‖A+C) / KL(B‖A), speculative TPF at K=3.
+variance.{md,csv,tex}: per headline and kind, the published value (the profile's seed) with its bootstrap CI over
+prompts, and the across-seed mean, standard deviation, min and max; variance_seeds.csv every seed's value;
+variance.{png,pdf} every seed's value beside the published one.
+
+Cost (tiny, 2 cores): a head seed ~3 min of training + ~1 min of decoding; a backbone seed adds its backbone (9 min
+on 2 free cores, 22.7 min in a clean `make reproduce`) and its trajectories. docs/ablations.md has the measured times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
+           "seed_results", "spread_table", "plot_spread", "run", "main"]  # fmt: skip
+
+#: headline -> what it is (its unit); the variance table's rows
+HEADLINES = {
+    "static_accuracy": "static(1) accuracy (%)",
+    "dynamic_accuracy_tau50": "dynamic(0.5) accuracy (%)",
+    "max_remask_gain": "largest remasking gain over τ: remask(τ, tau) − dynamic(τ) accuracy, points",
+    "adjacent_kl_median": "adjacent-step median KL, confidence < 0.99, distance 1 (nats), both tasks pooled",
+    "heldout_kl_ratio": "held-out KL(B‖A+C) / KL(B‖A) over every training step of the head",
+    "spec_tpf_k3": "speculative(3, mrp) tokens per denoising forward",
+}
+COLUMNS = {
+    "headline": "the headline number (HEADLINES in mrp_repro/report/variance.py)",
+    "benchmark": "the benchmark it is measured on ('all': a number of the head, or of both benchmarks pooled)",
+    "seed_kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head)",
+    "n_seeds": "seeds run of this kind (the published one included)",
+    "seeds": "the seeds, space-separated",
+    "published": "the value of the profile's own seed (the published backbone and head)",
+    "published_lo": "its bootstrap CI over prompts, low end (blank where the number has no per-prompt CI)",
+    "published_hi": "its bootstrap CI over prompts, high end",
+    "seed_mean": "the mean over the seeds of this kind",
+    "seed_std": "their standard deviation (ddof 1)",
+    "seed_min": "the smallest seed value",
+    "seed_max": "the largest seed value",
+    "ci_covers_seeds": "every seed's value lies inside the published bootstrap CI (blank without a CI)",
+}
+#: variance_seeds.csv: one row per seed and headline
+SEED_COLUMNS = {
+    "seed_kind": COLUMNS["seed_kind"],
+    "seed": "the profile seed of this run (head seeds: the head's; backbone seeds: the whole pipeline's)",
+    "headline": COLUMNS["headline"],
+    "benchmark": COLUMNS["benchmark"],
+    "seed_value": "this seed's value",
+    "seed_value_lo": "its bootstrap CI over prompts, low end (blank where the number has none)",
+    "seed_value_hi": "its bootstrap CI over prompts, high end",
+}
+HEAD, BACKBONE = "head seeds", "backbone seeds"
+
+
+# ----------------------------------------------------------------------------- robustness
+
+
+@dataclass(frozen=True)
+class Robustness:
+    robust: bool
+    verdict: str  # the weakest verdict over the measured seeds
+    reason: str
+
+
+def robust_verdict(verdicts: Sequence[str]) -> Robustness:
+    """A claim's verdict judged across seeds: `verdicts` has one verdict (report.claims.VERDICTS) per seed, each
+    computed by the same check on that seed's tables. Seeds where it is not measurable are left out; robust only
+    when at least two seeds were measured and every one holds (or holds qualitatively); the verdict is the weakest
+    measured one (holds > holds qualitatively > does not hold)."""
+    from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL, VERDICTS
+
+    bad = [v for v in verdicts if v not in VERDICTS]
+    if bad:
+        raise ValueError(f"robust_verdict: unknown verdict(s) {bad}; valid: {', '.join(VERDICTS)}")
+    measured = [v for v in verdicts if v != NA]
+    if not measured:
+        return Robustness(False, NA, f"measurable on none of {len(verdicts)} seeds")
+    rank = {HOLDS: 0, QUAL: 1, NOT: 2}
+    weakest = max(measured, key=rank.__getitem__)
+    passing = sum(v in (HOLDS, QUAL) for v in measured)
+    where = f"holds on {passing} of {len(measured)} measured seeds"
+    if len(measured) < 2:
+        return Robustness(False, weakest, f"{where}: one seed cannot show robustness")
+    return Robustness(weakest != NOT, weakest, where)
+
+
+# ----------------------------------------------------------------------------- one seed
+
+
+def _settings(P, head):
+    from mrp_repro.decoding import Dynamic, Remask, Speculative, Static
+
+    taus = sorted({0.5, 0.3, *P.decoding.thresholds}, reverse=True)
+    out = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
+    out += [("remask", Remask(t, "tau", head=head)) for t in taus]
+    return out + [("speculative", Speculative(3, "mrp", head=head))]
+
+
+def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n_boot: int = 1000,
+                    ci: float = 0.95, seed: int = 0) -> list[dict]:  # fmt: skip
+    """[{headline, benchmark, seed_value, seed_value_lo, seed_value_hi}] of one seed: its runs frame (static,
+    dynamic(τ), remask(τ, tau), speculative(3, mrp)), its adjacent-step frame (measure.adjacent) and its head's
+    metrics.json."""
+    from mrp_repro.measure.adjacent import SUBSET, TRAINED
+    from mrp_repro.measure.stats import mean_ci, ratio_ci
+    from mrp_repro.report.paper import remasking_table
+
+    out = []
+    for task, g in runs.groupby("benchmark"):
+        for name, sel in (("static_accuracy", g["mode"] == "static"),
+                          ("dynamic_accuracy_tau50", (g["mode"] == "dynamic") & np.isclose(g["threshold"], 0.5))):
+            v = mean_ci(g.loc[sel, "correct"].astype(float), n_boot, ci, seed)
+            out.append(dict(headline=name, benchmark=task, seed_value=v[0], seed_value_lo=v[1], seed_value_hi=v[2]))
+        rem = remasking_table(g, rule="tau", n_boot=n_boot, ci=ci, seed=seed)
+        i = rem["gain"].idxmax()
+        out.append(dict(headline="max_remask_gain", benchmark=task, seed_value=float(rem.loc[i, "gain"]),
+                        seed_value_lo=float(rem.loc[i, "gain_lo"]), seed_value_hi=float(rem.loc[i, "gain_hi"])))
+        s = g[(g["mode"] == "speculative") & np.isclose(g["K"], 3)]
+        ones = np.ones(len(s))
+        v = ratio_ci(s["tokens"], s["denoise_forwards"], ones, ones, n_boot, ci, seed)  # a ratio over 1: TPF
+        out.append(dict(headline="spec_tpf_k3", benchmark=task, seed_value=v[0], seed_value_lo=v[1],
+                        seed_value_hi=v[2]))
+    a = adjacent[(adjacent["model"] == TRAINED) & (adjacent["subset"] == SUBSET) & (adjacent["distance"] == 1)]
+    out.append(dict(headline="adjacent_kl_median", benchmark="all", seed_value=float(a["kl_median"].iloc[0])
+                    if len(a) else math.nan, seed_value_lo=math.nan, seed_value_hi=math.nan))  # fmt: skip
+    base = metrics.get("heldout_baseline_kl") or math.nan
+    out.append(dict(headline="heldout_kl_ratio", benchmark="all", seed_value=metrics.get("heldout_kl", math.nan) / base,
+                    seed_value_lo=math.nan, seed_value_hi=math.nan))  # fmt: skip
+    return out
+
+
+def _csv_cached(path: Path, compute) -> pd.DataFrame:
+    if not path.exists():
+        df = compute()
+        tmp = path.with_name(f".{path.name}.tmp")
+        df.to_csv(tmp, index=False)
+        tmp.replace(path)
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def _head_seed(P, bb, s: int, progress: bool):
+    """(head, its directory) of head seed s on P's backbone and P's own trajectories (see the module docstring)."""
+    from mrp_repro import stages
+    from mrp_repro.mrp import load_head
+    from mrp_repro.runtime import artifact_dir
+    from mrp_repro.training.mrp import train_mrp, train_sources
+    from mrp_repro.trajectories import model_fingerprint
+
+    if s == P.seed:
+        return stages.head(P, bb, progress=progress), stages.head_dir(P, bb)
+    if P.mrp.pretrained or P.mrp_training.recipe != "offline":
+        raise ValueError("variance: head seeds train offline heads; this profile loads a released head or trains "
+                         "online (run backbone seeds, or set mrp_training.recipe: offline)")
+    Ps = P.replace({"seed": s})
+    dirs = [stages.trajectories(P, bb, src, progress=progress) for src in train_sources(P)]
+    key = hashlib.sha256(f"{stages.head_dir(Ps, bb).name}|{'|'.join(d.name for d in dirs)}".encode()).hexdigest()
+    out = artifact_dir(P, "variance-head", key[:12])
+    if not (out / "done.json").exists():
+        train_mrp(Ps, bb, dirs, out, progress=progress, resume=True)
+    m = bb.model
+    head = load_head(out / "head", m.config, device=m.lm_head.weight.device, dtype=m.lm_head.weight.dtype,
+                     backbone_hash=model_fingerprint(m))  # fmt: skip
+    return head, out
+
+
+def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | None = None,
+             progress: bool = False, bb=None) -> dict:  # fmt: skip
+    """One seed of one kind: {"runs", "adjacent", "metrics", "head_dir", "values"}; every part cached. bb: the
+    profile's own backbone (head seeds; loaded when None)."""
+    from mrp_repro import stages
+    from mrp_repro.measure.adjacent import adjacent_step_similarity
+    from mrp_repro.measure.runs import collect_runs, eval_problems
+    from mrp_repro.report.paper import RESULTS_SCHEMA
+    from mrp_repro.runtime import runs_root, set_num_threads
+
+    if kind == HEAD:
+        bb = bb if bb is not None else stages.backbone(P, progress=progress)
+        set_num_threads(threads)
+        head, hdir = _head_seed(P, bb, s, progress)
+        Pe = P
+    elif kind == BACKBONE:
+        Pe = P.replace({"seed": s})
+        if threads is not None and not (stages.backbone_dir(Pe) / "done.json").exists():
+            from mrp_repro.training.backbone import train_backbone
+
+            train_backbone(Pe, stages.backbone_dir(Pe), progress, num_threads=threads)  # the profile's key, N threads
+        bb = stages.backbone(Pe, progress=progress)
+        set_num_threads(threads)
+        head, hdir = stages.head(Pe, bb, progress=progress), stages.head_dir(Pe, bb)
+    else:
+        raise ValueError(f"kind {kind!r}: {HEAD!r} or {BACKBONE!r}")
+    metrics = json.loads((hdir / "metrics.json").read_text())
+    d = runs_root() / P.name / "variance"
+    d.mkdir(parents=True, exist_ok=True)
+    settings = _settings(Pe, head)
+    key = hashlib.sha256("|".join(map(str, (hdir.name, [p.name for _, p in settings], n_prompts,
+                                            Pe.section_hash("decoding", "data", "evaluation"), RESULTS_SCHEMA)))
+                         .encode()).hexdigest()[:12]  # fmt: skip
+    runs = _csv_cached(d / f"runs-{key}.csv", lambda: collect_runs(Pe, bb, head, n_prompts=n_prompts,
+                                                                   settings=settings))  # fmt: skip
+    adj = _csv_cached(d / f"adjacent-{hdir.name}.csv", lambda: adjacent_step_similarity(
+        bb, eval_problems(Pe, n=32), max_distance=1, random_baseline=False))
+    ev = Pe.evaluation
+    values = headline_values(runs, adj, metrics, ev.bootstrap_samples, ev.ci)
+    return {"runs": runs, "adjacent": adj, "metrics": metrics, "head_dir": hdir, "values": values}
+
+
+def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None) -> dict[str, pd.DataFrame]:
+    """One seed's result frames under the notebooks' names (report.paper.RESULTS: backbone_runs, backbone,
+    remasking_runs, mrp_curve), from its cached runs (seed_run; computed if missing), so that a claim can be
+    checked on every seed: claims.check_claims(claims.tables_from_results(seed_results(P, kind, s))), then
+    robust_verdict over the seeds' verdicts of each claim."""
+    from mrp_repro.report import paper
+
+    r = seed_run(P, kind, s, n_prompts, bb=bb)
+    runs, ev = r["runs"], P.evaluation
+    return {"backbone_runs": runs[runs["mode"].isin(["static", "dynamic"])].reset_index(drop=True),
+            "backbone": paper.backbone_table(runs, ev.bootstrap_samples, ev.ci),
+            "remasking_runs": runs[runs["mode"].isin(["dynamic", "remask"])].reset_index(drop=True),
+            "mrp_curve": paper.mrp_curve_frame(r["head_dir"] / "loss_curve.csv")}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- across seeds
+
+
+def spread_table(per_seed: pd.DataFrame, published_seed: int) -> pd.DataFrame:
+    """per_seed (SEED_COLUMNS) -> one row per (headline, benchmark, seed_kind): COLUMNS."""
+    rows = []
+    for (kind, h, bench), g in per_seed.groupby(["seed_kind", "headline", "benchmark"], sort=False):
+        pub = g[g["seed"] == published_seed]
+        v = g["seed_value"].astype(float)
+        p = pub.iloc[0] if len(pub) else None
+        lo, hi = (float(p["seed_value_lo"]), float(p["seed_value_hi"])) if p is not None else (math.nan, math.nan)
+        covers = "" if math.isnan(lo) else bool(((v >= lo - 1e-12) & (v <= hi + 1e-12)).all())
+        rows.append({"headline": h, "benchmark": bench, "seed_kind": kind, "n_seeds": len(g),
+                     "seeds": " ".join(str(int(x)) for x in g["seed"]),
+                     "published": float(p["seed_value"]) if p is not None else math.nan, "published_lo": lo,
+                     "published_hi": hi, "seed_mean": float(v.mean()),
+                     "seed_std": float(v.std(ddof=1)) if len(v) > 1 else math.nan, "seed_min": float(v.min()),
+                     "seed_max": float(v.max()), "ci_covers_seeds": covers})  # fmt: skip
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    order = {h: i for i, h in enumerate(HEADLINES)}
+    return out.sort_values(["headline", "benchmark", "seed_kind"], kind="stable",
+                           key=lambda c: c.map(order) if c.name == "headline" else c).reset_index(drop=True)
+
+
+def plot_spread(per_seed: pd.DataFrame, published_seed: int):
+    """One panel per headline: every seed's value (x: task, marker colour: kind), the published seed ringed with
+    its bootstrap CI."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report.plots import _colors, set_theme
+
+    if per_seed.empty:
+        raise ValueError("plot_spread: no seed values; nothing to draw")
+    set_theme()
+    heads = [h for h in HEADLINES if h in set(per_seed["headline"])]
+    kinds = [k for k in (HEAD, BACKBONE) if k in set(per_seed["seed_kind"])]
+    cols = dict(zip(kinds, _colors(len(kinds)), strict=True))
+    fig, axs = plt.subplots(1, len(heads), figsize=(3.3 * len(heads), 3.8), squeeze=False)
+    for ax, h in zip(axs[0], heads, strict=True):
+        g = per_seed[per_seed["headline"] == h]
+        tasks = sorted(g["benchmark"].unique())
+        for j, kind in enumerate(kinds):
+            k = g[g["seed_kind"] == kind]
+            off = (j - (len(kinds) - 1) / 2) * 0.25
+            for i, t in enumerate(tasks):
+                pts = k[k["benchmark"] == t]
+                ax.scatter(np.full(len(pts), i + off), pts["seed_value"], color=cols[kind], s=22,
+                           label=kind if i == 0 else None, zorder=3)  # fmt: skip
+                pub = pts[pts["seed"] == published_seed]
+                if len(pub):
+                    y, lo, hi = (float(pub.iloc[0][c]) for c in ("seed_value", "seed_value_lo", "seed_value_hi"))
+                    yerr = None if math.isnan(lo) else [[max(y - lo, 0)], [max(hi - y, 0)]]
+                    ax.errorbar([i + off], [y], yerr=yerr, fmt="o", mfc="none", mec="black", ecolor="black",
+                                ms=9, capsize=3, zorder=4, label="published (CI)" if i == 0 and j == 0 else None)
+        ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
+        ax.set_title(h, fontsize=9)
+        ax.margins(x=0.3)
+    axs[0][0].legend(fontsize=7, loc="best")
+    fig.suptitle("seed spread of the headline numbers (points: seeds; ringed: the published seed with its "
+                 "bootstrap CI over prompts)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence[int] = (0, 1, 2),
+        n_prompts: int | None = None, threads: int | None = None, out=None, progress: bool = False) -> dict:
+    """Every seed of both kinds (cached: a killed run resumes), then the tables and the figure."""
+    from mrp_repro import stages
+    from mrp_repro.report import tables
+    from mrp_repro.report.plots import save_figure
+    from mrp_repro.runtime import seed_everything
+
+    P = profile
+    seed_everything(P.seed)
+    t0 = time.perf_counter()
+    rows, timing = [], []
+    bb = stages.backbone(P, progress=progress) if head_seeds else None
+    for kind, seeds in ((HEAD, head_seeds), (BACKBONE, backbone_seeds)):
+        for s in seeds:
+            ts = time.perf_counter()
+            r = seed_run(P, kind, s, n_prompts, threads, progress, bb=bb if kind == HEAD else None)
+            rows += [{"seed_kind": kind, "seed": s, **v} for v in r["values"]]
+            timing.append((kind, s, time.perf_counter() - ts))
+            print(f"[variance] {kind} {s}: {timing[-1][2]:.0f}s ({r['head_dir'].name})", flush=True)
+    per_seed = pd.DataFrame(rows, columns=list(SEED_COLUMNS))
+    table = spread_table(per_seed, P.seed)
+    figs = tables.out_dir(out if out is not None else P)
+    n = n_prompts if n_prompts is not None else P.evaluation.n_prompts
+    hs, bs = (" ".join(map(str, x)) or "none" for x in (head_seeds, backbone_seeds))
+    note = (f"Published = the profile's seed {P.seed} (its backbone and head); {n} prompts per task; head seeds {hs}, "
+            f"backbone seeds {bs}. CIs: bootstrap over prompts of the published run; std over seeds. Columns: "
+            "docs/ablations.md.")
+    tables.save_table(table, figs, "variance", digits=4, note=note)
+    per_seed.to_csv(figs / "variance_seeds.csv", index=False)
+    fig = plot_spread(per_seed, P.seed)
+    save_figure(fig, figs, "variance")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return {"table": table, "per_seed": per_seed, "timing": timing, "seconds": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="both kinds (default 0 1 2)")
+    ap.add_argument("--head-seeds", type=int, nargs="*", default=None, help="override --seeds for head seeds")
+    ap.add_argument("--backbone-seeds", type=int, nargs="*", default=None, help="override --seeds for backbones")
+    ap.add_argument("--n", type=int, default=None, help="prompts per task (default evaluation.n_prompts)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for training and decoding")
+    ap.add_argument("--out", type=Path, default=None, help="default: figures/<profile>/")
+    a = ap.parse_args(argv)
+    from mrp_repro.config import load_profile
+
+    hs = a.head_seeds if a.head_seeds is not None else a.seeds
+    bs = a.backbone_seeds if a.backbone_seeds is not None else a.seeds
+    res = run(load_profile(a.profile), hs, bs, a.n, a.threads, a.out)
+    print(res["table"].to_string(index=False))
+    print(f"[variance] done in {res['seconds']:.0f}s")
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)

@@ -1,0 +1,88 @@
+"""mrp_repro.report.variance: the robustness rule, the spread table against plain numbers, and the whole seed pipeline
+on smoke (2 head seeds, 2 backbone seeds, tiny step counts)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mrp_repro.report import variance
+from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL
+
+
+def test_a_verdict_is_robust_only_if_every_measured_seed_passes():
+    r = variance.robust_verdict([HOLDS, HOLDS, HOLDS])
+    assert r.robust and r.verdict == HOLDS
+    r = variance.robust_verdict([HOLDS, QUAL, HOLDS])
+    assert r.robust and r.verdict == QUAL  # the weakest
+    r = variance.robust_verdict([HOLDS, NOT, HOLDS])
+    assert not r.robust and r.verdict == NOT and "2 of 3" in r.reason
+    r = variance.robust_verdict([HOLDS, NA, QUAL])
+    assert r.robust and r.verdict == QUAL and "2 of 2" in r.reason  # a seed where it is not measurable is left out
+    r = variance.robust_verdict([HOLDS, NA])
+    assert not r.robust and r.verdict == HOLDS  # one measured seed cannot show robustness
+    assert variance.robust_verdict([NA, NA]).verdict == NA
+    with pytest.raises(ValueError, match="unknown verdict"):
+        variance.robust_verdict(["holds", "maybe"])
+
+
+def test_spread_table_is_mean_std_and_the_published_seeds_ci():
+    per = pd.DataFrame([
+        {"seed_kind": variance.HEAD, "seed": s, "headline": "static_accuracy", "benchmark": "t", "seed_value": v,
+         "seed_value_lo": v - 2, "seed_value_hi": v + 2} for s, v in ((0, 90.0), (1, 91.5), (2, 95.0))
+    ] + [{"seed_kind": variance.HEAD, "seed": s, "headline": "heldout_kl_ratio", "benchmark": "all", "seed_value": v,
+          "seed_value_lo": math.nan, "seed_value_hi": math.nan} for s, v in ((0, 0.5), (1, 0.6), (2, 0.55))])
+    t = variance.spread_table(per, published_seed=0).set_index("headline")
+    acc = t.loc["static_accuracy"]
+    assert (acc["published"], acc["published_lo"], acc["published_hi"]) == (90.0, 88.0, 92.0)
+    assert acc["seed_mean"] == pytest.approx(np.mean([90, 91.5, 95]))
+    assert acc["seed_std"] == pytest.approx(np.std([90, 91.5, 95], ddof=1))
+    assert (acc["seed_min"], acc["seed_max"], acc["n_seeds"], acc["seeds"]) == (90.0, 95.0, 3, "0 1 2")
+    assert acc["ci_covers_seeds"] is False  # seed 2's 95.0 lies above the published CI's 92.0
+    assert t.loc["heldout_kl_ratio", "ci_covers_seeds"] == ""  # no per-prompt CI
+    assert list(t.columns) == list(variance.COLUMNS)[1:]
+
+
+def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
+    from mrp_repro import stages
+
+    P = smoke_profile.replace({"mrp_training.steps": 4, "mrp_training.ckpt_every": 2})
+    res = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)
+    per = res["per_seed"]
+    for kind in (variance.HEAD, variance.BACKBONE):
+        for s in (0, 1):
+            got = set(per[(per["seed_kind"] == kind) & (per["seed"] == s)]["headline"])
+            assert got == set(variance.HEADLINES), (kind, s)
+    # seed 0 of both kinds is the published run: the same backbone and head, the same numbers
+    a, b = (per[(per["seed_kind"] == k) & (per["seed"] == 0)].reset_index(drop=True)
+            for k in (variance.HEAD, variance.BACKBONE))
+    pd.testing.assert_frame_equal(a.drop(columns="seed_kind"), b.drop(columns="seed_kind"))
+    # head seed 1 on the published backbone; backbone seed 1 is another backbone
+    assert len(list((tmp_runs / "smoke").glob("variance-head-*"))) == 1
+    assert stages.backbone_dir(P.replace({"seed": 1})) != stages.backbone_dir(P)
+    assert (stages.backbone_dir(P.replace({"seed": 1})) / "done.json").exists()
+    kl = per.query("headline == 'heldout_kl_ratio' and seed_kind == @variance.HEAD").set_index("seed")["seed_value"]
+    assert kl[0] != kl[1]  # another head (init, batches, held-out split): another held-out KL
+    t = res["table"]
+    pub = t.query("headline == 'static_accuracy' and seed_kind == @variance.HEAD").set_index("benchmark")
+    ref = per.query("headline == 'static_accuracy' and seed_kind == @variance.HEAD and seed == 0")
+    assert (pub["published"] == ref.set_index("benchmark")["seed_value"].loc[pub.index]).all()
+    figs = tmp_runs.parent / "figures" / "smoke"
+    for f in ("variance.md", "variance.csv", "variance.png", "variance_seeds.csv"):
+        assert (figs / f).stat().st_size > 0
+    # every claim checked on each seed, then judged across the seeds
+    from mrp_repro.report import claims
+
+    reports = [claims.check_claims(claims.tables_from_results(variance.seed_results(P, variance.HEAD, s)))
+               for s in (0, 1)]
+    robust = {cid: variance.robust_verdict([r.set_index("id").loc[cid, "verdict"] for r in reports])
+              for cid in reports[0]["id"]}  # fmt: skip
+    assert any(r.verdict != NA for r in robust.values())  # the remasking and training claims are measured per seed
+    # cached: a second run decodes and trains nothing
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke" / "variance").glob("*.csv")}
+    again = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)
+    pd.testing.assert_frame_equal(again["per_seed"], per)
+    assert all(p.stat().st_mtime_ns == s for p, s in stamps.items())
