@@ -10,18 +10,20 @@ import pandas as pd
 import pytest
 
 from mrp_repro.report import variance
-from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL
+from mrp_repro.report.verdicts import DIRECTION, HOLDS, NA, NOT, NOT_SHOWN
 
 
 def test_a_verdict_is_robust_only_if_every_measured_seed_passes():
     r = variance.robust_verdict([HOLDS, HOLDS, HOLDS])
     assert r.robust and r.verdict == HOLDS
-    r = variance.robust_verdict([HOLDS, QUAL, HOLDS])
-    assert r.robust and r.verdict == QUAL  # the weakest
+    r = variance.robust_verdict([HOLDS, DIRECTION, HOLDS])
+    assert r.robust and r.verdict == DIRECTION  # the weakest
+    r = variance.robust_verdict([HOLDS, NOT_SHOWN, HOLDS])
+    assert not r.robust and r.verdict == NOT_SHOWN  # one seed does not show it: not robust
     r = variance.robust_verdict([HOLDS, NOT, HOLDS])
     assert not r.robust and r.verdict == NOT and "2 of 3" in r.reason
-    r = variance.robust_verdict([HOLDS, NA, QUAL])
-    assert r.robust and r.verdict == QUAL and "2 of 2" in r.reason  # a seed where it is not measurable is left out
+    r = variance.robust_verdict([HOLDS, NA, DIRECTION])
+    assert r.robust and r.verdict == DIRECTION and "2 of 2" in r.reason  # a seed where it is not measurable is left out
     r = variance.robust_verdict([HOLDS, NA])
     assert not r.robust and r.verdict == HOLDS  # one measured seed cannot show robustness
     assert variance.robust_verdict([NA, NA]).verdict == NA
@@ -78,8 +80,9 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
 
     reports = [claims.check_claims(claims.tables_from_results(variance.seed_results(P, variance.HEAD, s)))
                for s in (0, 1)]
-    robust = {cid: variance.robust_verdict([r.set_index("id").loc[cid, "verdict"] for r in reports])
-              for cid in reports[0]["id"]}  # fmt: skip
+    # one verdict per claim and scope (benchmark, family, τ) on each seed, judged across the seeds
+    keyed = [r.set_index(["id", "scope"])["verdict"] for r in reports]
+    robust = {key: variance.robust_verdict([k.get(key, NA) for k in keyed]) for key in keyed[0].index}
     assert any(r.verdict != NA for r in robust.values())  # the remasking and training claims are measured per seed
     # cached: a second run decodes and trains nothing
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke" / "variance").glob("*.csv")}

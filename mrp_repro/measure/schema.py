@@ -128,6 +128,44 @@ def empty_runs() -> pd.DataFrame:
 #: Two systematic families need no entry: ``<m>_lo`` / ``<m>_hi`` (the CI bounds of a defined metric m) and
 #: ``paper_<m>`` (the paper's m for paper_model); see define().
 TABLE_COLUMNS: dict[str, str] = {
+    # ---- ablations (report.ablations, defaults K = 3, 5 and τ = 0.5, 0.7) and the seed spread (report.variance)
+    "ablation": "the ablated design choice: depth, objective, k_steps, train_source, init (or released)",
+    "label": "the head on this axis ('paper:' the paper's choice, 'ours:' the profile's)",
+    "heldout_kl_step1": "held-out mean KL(B‖A+C) per still-masked slot after one reveal (nats; the head's "
+    "training metrics; direct objective: KL(B‖C)); blank for released heads",
+    "heldout_baseline_kl_step1": "held-out mean KL(B‖A), the uncorrected baseline, on the same slots (nats)",
+    "heldout_kl_ratio": "heldout_kl_step1 / heldout_baseline_kl_step1 (below 1: the head beats the baseline)",
+    "head_train_s": "the head's training wall seconds (its metrics.json train_time_s)",
+    "family": "the decoding family of the speculative columns (ours; issue 20 adds upstream)",
+    "tpf_share_k3": "TPF of speculative(3, mrp) over that of speculative(3, oracle) on the same prompts (tokens per "
+    "denoising forward, pooled); CI: bootstrap over prompts",
+    "tpf_share_k5": "TPF of speculative(5, mrp) over that of speculative(5, oracle) on the same prompts (tokens per "
+    "denoising forward, pooled); CI: bootstrap over prompts",
+    "direct_step1_accuracy": "accuracy of direct mode, MRP step 1 (%, CI over prompts)",
+    "direct_step2_accuracy": "accuracy of direct mode, MRP step 2 (%, CI over prompts)",
+    "remask_recovery_tau50": "100 × (acc remask(0.5, tau) − acc dynamic(0.5)) / (acc static − acc dynamic(0.5)), "
+    "same prompts; blank when dynamic(0.5) loses nothing; paired bootstrap CI",
+    "dynamic_loss_tau50": "acc static − acc dynamic(0.5) in points: the loss the recovery divides",
+    "remask_recovery_tau70": "100 × (acc remask(0.7, tau) − acc dynamic(0.7)) / (acc static − acc dynamic(0.7)), "
+    "same prompts; blank when dynamic(0.7) loses nothing; paired bootstrap CI",
+    "dynamic_loss_tau70": "acc static − acc dynamic(0.7) in points: the loss the recovery divides",
+    "comparison": "which heads against which",
+    "headline": "the headline number (HEADLINES in mrp_repro/report/variance.py)",
+    "seed_kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head)",
+    "n_seeds": "seeds run of this kind (the published one included)",
+    "seeds": "the seeds, space-separated",
+    "published": "the value of the profile's own seed (the published backbone and head)",
+    "published_lo": "its bootstrap CI over prompts, low end (blank where the number has no per-prompt CI)",
+    "published_hi": "its bootstrap CI over prompts, high end",
+    "seed_mean": "the mean over the seeds of this kind",
+    "seed_std": "their standard deviation (ddof 1)",
+    "seed_min": "the smallest seed value",
+    "seed_max": "the largest seed value",
+    "ci_covers_seeds": "every seed's value lies inside the published bootstrap CI (blank without a CI)",
+    "seed": "the profile seed of this run (head seeds: the head's; backbone seeds: the whole pipeline's)",
+    "seed_value": "this seed's value",
+    "seed_value_lo": "its bootstrap CI over prompts, low end (blank where the number has none)",
+    "seed_value_hi": "its bootstrap CI over prompts, high end",
     # ---- the decoding tables (paper.*_table, stats.summarize, cost model)
     "n": "count: the sample the row is over: prompts (decoding tables), positions (adjacent), rows N of the "
     "[N, V] logits (kernels)",

@@ -350,7 +350,7 @@ CLAIM_COLUMNS = {
     "comparison": "which heads against which",
     "verdict_rule": "the verdict rule, declared before the run",
     "ours": "the measured values",
-    "verdict": "holds / holds qualitatively / does not hold / not measurable on this profile",
+    "verdict": "holds / not shown / does not hold / not measured (report.verdicts.VERDICTS)",
 }
 
 
@@ -369,24 +369,24 @@ AXIS_CLAIMS = {
     "depth": AxisClaim("depth", "held-out step-1 KL ratio KL(B‖A+C) / KL(B‖A) of each head (lower is better)",
                        "the best of the 2- and 3-layer heads against every other depth run",
                        f"holds: the best 2-3 layer ratio is below every other depth's by more than {KL_TIE:.0%} "
-                       f"(depth 8, when run, among them); holds qualitatively: it is within {KL_TIE:.0%} of the lowest "
-                       "(a tie); does not hold otherwise; not measurable without a 2- or 3-layer head"),
+                       f"(depth 8, when run, among them); not shown: it is within {KL_TIE:.0%} of the lowest (a tie); "
+                       "does not hold otherwise; not measured without a 2- or 3-layer head"),
     "objective": AxisClaim("objective", "held-out step-1 KL ratio (residual: KL(B‖A+C); direct: KL(B‖C); both over "
                            "the same KL(B‖A))", "residual head against direct head",
                            f"holds: residual's ratio is lower by more than {KL_TIE:.0%}; does not hold otherwise "
-                           "(a tie does not show residual beats direct); not measurable without both heads (or "
+                           "(a tie does not show residual beats direct); not measured without both heads (or "
                            "without training metrics: released heads)"),
     "k_steps": AxisClaim("k_steps", "TPF share of the oracle at the largest K of the sweep (multi-draft rounds), per "
                          "task", "the best K-step head (k >= 2) against the 1-step head, paired bootstrap over prompts",
-                         "holds: higher on every task with the difference's CI above 0; holds qualitatively: higher "
-                         "on average over tasks, CI not above 0 on every task; does not hold otherwise"),
+                         "holds: higher on every task with the difference's CI above 0; not shown: higher on average "
+                         "over tasks, CI not above 0 on every task; does not hold otherwise"),
 }  # fmt: skip
 
 
 def check_claim(axis: str, table: pd.DataFrame, diffs: dict | None = None) -> dict:
     """{ablation, statistic, comparison, verdict_rule, ours, verdict} of one axis's declared test; `diffs` (k_steps:
     task -> (diff, lo, hi) of share_diff_ci (best K-step head minus the 1-step head)."""
-    from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL
+    from mrp_repro.report.verdicts import HOLDS, NA, NOT, NOT_SHOWN
 
     c = AXIS_CLAIMS[axis]
     per = table.drop_duplicates("label").set_index("label")
@@ -406,7 +406,7 @@ def check_claim(axis: str, table: pd.DataFrame, diffs: dict | None = None) -> di
             if (others * (1 - KL_TIE) > best).all():
                 verdict = HOLDS
             elif (others >= best * (1 - KL_TIE)).all():
-                verdict = QUAL
+                verdict = NOT_SHOWN
             else:
                 verdict = NOT
             if not any(depth[v] >= 8 for v in r.index):
@@ -424,7 +424,7 @@ def check_claim(axis: str, table: pd.DataFrame, diffs: dict | None = None) -> di
         if all(d > 0 and lo > 0 for _, d, lo, _ in diffs.values()):
             verdict = HOLDS
         elif np.mean(ds) > 0:
-            verdict = QUAL
+            verdict = NOT_SHOWN
         else:
             verdict = NOT
         return {**out, "ours": ours, "verdict": verdict}
@@ -513,6 +513,16 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
 # ----------------------------------------------------------------------------- driver
 
 
+def _trained(P, bb) -> bool:
+    """A finished head for P: a trained run (its done.json) or the published head (artifacts/, sha256-checked)."""
+    from mrp_repro import published, stages
+    from mrp_repro.trajectories import model_fingerprint
+
+    if (stages.head_dir(P, bb) / "done.json").exists():
+        return True
+    return published.head_dir(P, model_fingerprint(bb.model)) is not None
+
+
 def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None = None, family: str = "ours",
         Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, depths: Sequence[int] = DEPTHS,
         ks: Sequence[int] | None = None,
@@ -559,7 +569,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         for label, ov in ax.variants:
             tv = time.perf_counter()
             Pv = P.replace(ov)
-            if not train and not Pv.mrp.pretrained and not (stages.head_dir(Pv, bb) / "done.json").exists():
+            if not train and not Pv.mrp.pretrained and not _trained(Pv, bb):
                 skipped.append(label)
                 continue
             head, hid, metrics = _head(Pv, bb, progress)

@@ -5,7 +5,7 @@
 
     from mrp_repro.report import variance
     res = variance.run(profile, head_seeds=(0, 1, 2), backbone_seeds=(0, 1))   # figures/<profile>/variance.*
-    variance.robust_verdict(["holds", "holds qualitatively", "holds"])          # Robustness(robust=True, ...)
+    variance.robust_verdict(["holds", "holds in direction; size not compared", "holds"])  # Robustness(robust=True)
     variance.seed_results(profile, variance.HEAD, 1)    # one seed's result frames, for claims.tables_from_results
 
 Two kinds of seed, each a full re-run of what it covers:
@@ -94,9 +94,9 @@ class Robustness:
 def robust_verdict(verdicts: Sequence[str]) -> Robustness:
     """A claim's verdict judged across seeds: `verdicts` has one verdict (report.claims.VERDICTS) per seed, each
     computed by the same check on that seed's tables. Seeds where it is not measurable are left out; robust only
-    when at least two seeds were measured and every one holds (or holds qualitatively); the verdict is the weakest
-    measured one (holds > holds qualitatively > does not hold)."""
-    from mrp_repro.report.claims import HOLDS, NA, NOT, QUAL, VERDICTS
+    when at least two seeds were measured and every one holds (or holds in direction, its size not compared); the
+    verdict is the weakest measured one, in the order of report.verdicts.VERDICTS."""
+    from mrp_repro.report.verdicts import DIRECTION, HOLDS, NA, VERDICTS
 
     bad = [v for v in verdicts if v not in VERDICTS]
     if bad:
@@ -104,13 +104,13 @@ def robust_verdict(verdicts: Sequence[str]) -> Robustness:
     measured = [v for v in verdicts if v != NA]
     if not measured:
         return Robustness(False, NA, f"measurable on none of {len(verdicts)} seeds")
-    rank = {HOLDS: 0, QUAL: 1, NOT: 2}
+    rank = {v: i for i, v in enumerate(VERDICTS)}  # holds, direction, short, not shown, does not hold
     weakest = max(measured, key=rank.__getitem__)
-    passing = sum(v in (HOLDS, QUAL) for v in measured)
+    passing = sum(v in (HOLDS, DIRECTION) for v in measured)
     where = f"holds on {passing} of {len(measured)} measured seeds"
     if len(measured) < 2:
         return Robustness(False, weakest, f"{where}: one seed cannot show robustness")
-    return Robustness(weakest != NOT, weakest, where)
+    return Robustness(weakest in (HOLDS, DIRECTION), weakest, where)
 
 
 # ----------------------------------------------------------------------------- one seed
