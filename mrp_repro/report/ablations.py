@@ -46,6 +46,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mrp_repro.measure.schema import TABLE_COLUMNS
+
 __all__ = ["Axis", "AXIS_CLAIMS", "FAMILIES", "DEPTHS", "COLUMNS", "CLAIM_COLUMNS", "axes", "released_axes",
            "parse_released", "recovery_ci", "share_ci", "share_diff_ci", "variant_metrics", "check_claim", "run",
            "plot_axis", "main"]  # fmt: skip
@@ -343,15 +345,9 @@ def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS) -> dict[str, s
 
 #: the columns of the default K and τ (every table written by `run` with the defaults)
 COLUMNS = columns()
-CLAIM_COLUMNS = {
-    "ablation": "the ablated design choice",
-    "paper": "the paper's statement",
-    "statistic": "what is compared",
-    "comparison": "which heads against which",
-    "verdict_rule": "the verdict rule, declared before the run",
-    "ours": "the measured values",
-    "verdict": "holds / not shown / does not hold / not measured (report.verdicts.VERDICTS)",
-}
+#: ablation_claims' columns, defined once in the schema (with the claims report's)
+CLAIM_COLUMNS = {c: TABLE_COLUMNS[c] for c in ("ablation", "paper", "statistic", "comparison", "verdict_rule", "ours",
+                                               "verdict")}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- declared tests

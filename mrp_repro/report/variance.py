@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
+
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
            "seed_results", "spread_table", "plot_spread", "run", "main"]  # fmt: skip
 
@@ -53,31 +55,12 @@ HEADLINES = {
     "heldout_kl_ratio": "held-out KL(B‖A+C) / KL(B‖A) over every training step of the head",
     "spec_tpf_k3": "speculative(3, mrp) tokens per denoising forward",
 }
-COLUMNS = {
-    "headline": "the headline number (HEADLINES in mrp_repro/report/variance.py)",
-    "benchmark": "the benchmark it is measured on ('all': a number of the head, or of both benchmarks pooled)",
-    "seed_kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head)",
-    "n_seeds": "seeds run of this kind (the published one included)",
-    "seeds": "the seeds, space-separated",
-    "published": "the value of the profile's own seed (the published backbone and head)",
-    "published_lo": "its bootstrap CI over prompts, low end (blank where the number has no per-prompt CI)",
-    "published_hi": "its bootstrap CI over prompts, high end",
-    "seed_mean": "the mean over the seeds of this kind",
-    "seed_std": "their standard deviation (ddof 1)",
-    "seed_min": "the smallest seed value",
-    "seed_max": "the largest seed value",
-    "ci_covers_seeds": "every seed's value lies inside the published bootstrap CI (blank without a CI)",
-}
-#: variance_seeds.csv: one row per seed and headline
-SEED_COLUMNS = {
-    "seed_kind": COLUMNS["seed_kind"],
-    "seed": "the profile seed of this run (head seeds: the head's; backbone seeds: the whole pipeline's)",
-    "headline": COLUMNS["headline"],
-    "benchmark": COLUMNS["benchmark"],
-    "seed_value": "this seed's value",
-    "seed_value_lo": "its bootstrap CI over prompts, low end (blank where the number has none)",
-    "seed_value_hi": "its bootstrap CI over prompts, high end",
-}
+#: variance.csv's columns and variance_seeds.csv's (one row per seed and headline): defined once in the schema
+_VARIANCE = ("headline", "benchmark", "seed_kind", "n_seeds", "seeds", "published", "published_lo", "published_hi",
+             "seed_mean", "seed_std", "seed_min", "seed_max", "ci_covers_seeds")  # fmt: skip
+_SEEDS = ("seed_kind", "seed", "headline", "benchmark", "seed_value", "seed_value_lo", "seed_value_hi")
+COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
+SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
 HEAD, BACKBONE = "head seeds", "backbone seeds"
 
 
