@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro.config import Profile, repo_root
-from mrp_repro.runtime import data_dir, runs_root, write_json_atomic
+from mrp_repro.runtime import data_dir, runs_root, sha256_file, write_json_atomic
 
 __all__ = ["resolve", "record", "recorded", "summary", "summary_for", "inputs_path", "changes", "pin_hints",
            "file_sha256", "main"]  # fmt: skip
@@ -54,13 +54,10 @@ def file_sha256(f: Path, cache: dict | None = None) -> str:
     key = f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     if cache is not None and key in cache:
         return cache[key]
-    h = hashlib.sha256()
-    with open(f, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 24), b""):
-            h.update(chunk)
+    sha = sha256_file(f)
     if cache is not None:
-        cache[key] = h.hexdigest()
-    return h.hexdigest()
+        cache[key] = sha
+    return sha
 
 
 def _hash_files(files: list[Path], cache: dict) -> dict[str, str]:

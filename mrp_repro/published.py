@@ -28,7 +28,6 @@ Layout (artifacts/<profile>/):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from dataclasses import MISSING, fields
@@ -37,7 +36,7 @@ from typing import Any
 
 from mrp_repro.config import SECTIONS, Profile, load_profile, repo_root
 from mrp_repro.errors import UserError
-from mrp_repro.runtime import FROM_SCRATCH_ENV, from_scratch
+from mrp_repro.runtime import FROM_SCRATCH_ENV, from_scratch, sha256_file
 
 __all__ = [
     "MANIFEST",
@@ -152,14 +151,6 @@ def settings_differences(recorded: dict, current: dict) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- hashes
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_files(name: str, artifact: str, rec: dict | None = None) -> Path:

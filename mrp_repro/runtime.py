@@ -18,6 +18,7 @@ instead of using the published artifacts of artifacts/<profile>/; its runs and f
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from mrp_repro.config import Profile
 
 __all__ = [
+    "sha256_file",
     "pick_device",
     "pick_dtype",
     "seed_everything",
@@ -253,6 +255,15 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
         "mkl_cbwr": os.environ.get("MKL_CBWR"),  # MKL's reproducibility mode (mrp_repro/__init__.py sets it)
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks (artifacts, shards, hub files)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:

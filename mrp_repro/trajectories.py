@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from mrp_repro import distributed
-from mrp_repro.runtime import write_json_atomic
+from mrp_repro.runtime import sha256_file, write_json_atomic
 from mrp_repro.trajectory_store import (
     FORMAT_VERSION,
     TrajectoriesNotFound,
@@ -69,7 +69,6 @@ from mrp_repro.trajectory_store import (
     _collect_ranks,
     _finish,
     _prepare,
-    _sha256_file,
     _write_shard,
     load_trajectories,
     read_manifest,
@@ -441,7 +440,7 @@ def collect(
         _write_shard(rows, out / name)
         st = (out / name).stat()
         return dict(
-            index=i, file=name, rows=len(rows), examples=[lo, hi], bytes=st.st_size, sha256=_sha256_file(out / name)
+            index=i, file=name, rows=len(rows), examples=[lo, hi], bytes=st.st_size, sha256=sha256_file(out / name)
         )
 
     def shard_len(i: int) -> int:

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mrp_repro.errors import UserError
-from mrp_repro.runtime import write_json_atomic
+from mrp_repro.runtime import sha256_file, write_json_atomic
 
 __all__ = [
     "FORMAT_VERSION",
@@ -72,14 +72,6 @@ DEFAULT_RERUN = "the collection (trajectories.collect, or python -m mrp_repro.st
 
 
 # ----------------------------------------------------------------------------- fingerprints
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ----------------------------------------------------------------------------- storage
@@ -153,7 +145,7 @@ def shard_problem(out_dir: Path, entry: dict, full: bool) -> str | None:
     if entry.get("bytes") is not None and size != entry["bytes"]:
         return f"is truncated or overwritten ({size} bytes, manifest {entry['bytes']})"
     if full:
-        sha = _sha256_file(path)
+        sha = sha256_file(path)
         if sha != entry["sha256"]:
             return f"is corrupted (sha256 {sha[:12]}... != manifest {entry['sha256'][:12]}...)"
     return None
