@@ -83,31 +83,35 @@ def save_figure(fig, profile_or_dir, name: str) -> list[Path]:
 
 
 def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
-    """The motivating observation on one subset (default: positions with confidence < 0.99, as the README):
-    median KL and top-1 agreement vs step distance, one line per model (trained and each random init)."""
+    """The motivating observation: median KL and top-1 agreement vs step distance, one line per model (trained and
+    each random init), one row of panels per subset of the table, `subset` first (default: positions with
+    confidence < 0.99, the claim's)."""
     what = "plot_adjacent"
     _need(df, ["model", "subset", "distance", "kl_median", "top1_agreement"], what)
-    g = df[df["subset"] == subset]
-    if g.empty:
+    if not (df["subset"] == subset).any():
         raise ValueError(f"{what}: no rows of subset {subset!r}; subsets present: {sorted(set(df['subset']))}")
-    _unique(g, ["model", "distance"], what)
+    _unique(df, ["model", "subset", "distance"], what)
+    subsets = [subset] + [x for x in dict.fromkeys(df["subset"]) if x != subset]
     set_theme()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    models = list(dict.fromkeys(g["model"]))
-    for color, m in zip(_colors(len(models)), models, strict=True):
-        h = g[g["model"] == m].sort_values("distance")
-        style = {"lw": 2.5} if m == TRAINED else {"ls": "--" if m == RANDOM_BASELINE else ":"}
-        for ax, col in zip(axes, ("kl_median", "top1_agreement"), strict=True):
-            ax.plot(h["distance"], h[col], marker="o", color=color, label=str(m), **style)
-    for ax, col in zip(axes, ("kl_median", "top1_agreement"), strict=True):
-        ax.set_xlabel(LABELS["distance"])
-        ax.set_ylabel(LABELS[col])
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    axes[0].set_yscale("log")
-    axes[1].set_ylim(0, 1.02)
-    axes[0].set_title(f"logits at steps s and s + d ({subset})")
-    axes[1].set_title("greedy token unchanged")
-    axes[1].legend(title="backbone", frameon=False, fontsize=8)
+    fig, axes = plt.subplots(len(subsets), 2, figsize=(9, 3.4 * len(subsets)), squeeze=False)
+    models = list(dict.fromkeys(df["model"]))
+    colors = dict(zip(models, _colors(len(models)), strict=True))
+    for row, sub in zip(axes, subsets, strict=True):
+        g = df[df["subset"] == sub]
+        for m in models:
+            h = g[g["model"] == m].sort_values("distance")
+            style = {"lw": 2.5} if m == TRAINED else {"ls": "--" if m == RANDOM_BASELINE else ":"}
+            for ax, col in zip(row, ("kl_median", "top1_agreement"), strict=True):
+                ax.plot(h["distance"], h[col], marker="o", color=colors[m], label=str(m), **style)
+        for ax, col in zip(row, ("kl_median", "top1_agreement"), strict=True):
+            ax.set_xlabel(LABELS["distance"])
+            ax.set_ylabel(LABELS[col])
+            ax.xaxis.get_major_locator().set_params(integer=True)
+        row[0].set_yscale("log")
+        row[1].set_ylim(0, 1.02)
+        row[0].set_title(f"logits at steps s and s + d (positions: {sub})", fontsize=10)
+        row[1].set_title(f"greedy token unchanged (positions: {sub})", fontsize=10)
+    axes[0][1].legend(title="backbone", frameon=False, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -116,8 +120,8 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
 #: black, thick and under them, so a rule that equals it (delta, often) shows as a thin line on a thick one
 _RULE_STYLE = {"tau": (3, "o", "-"), "delta": (0, "v", "--"), "loo": (2, "s", "-."), "sequential": (4, "D", ":"),
                "logp-delta": (5, "^", (0, (5, 1, 1, 1)))}  # fmt: skip
-#: the upstream family (the released code): its baseline grey and thick, its δ series in their own colours
-#: a wide light-grey band under everything: visible around ours' black baseline and the δ series that equal it
+#: the upstream family (the released code): its baseline a wide light-grey band under everything, visible around
+#: ours' black baseline and the δ series that equal it
 _UPSTREAM_BASE = dict(color="0.75", marker="P", ms=14, mfc="0.75", mew=0, lw=8.0, zorder=2)
 
 
@@ -333,7 +337,7 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     ax.set_xticks(range(len(settings)), settings, rotation=30, ha="right")
     ax.set_ylabel("tokens per denoising forward")
     ax.set_title(f"TPF per prompt (drafter {drafter})")
-    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.36), ncol=2)  # below the ticks
     ax = axes[1]
     series = [(b, a, k) for b in benches for a in ("ours", "upstream") for k in Ks
               if len(spec[(spec["benchmark"] == b) & (spec["algorithm"] == a) & (spec["K"] == k)])]  # fmt: skip
@@ -347,7 +351,7 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
         ax.plot(vals, prob, marker="o", color=c, label=f"{b} {_setting_label('speculative', k, a)}")
     ax.set_xlabel("drafts accepted per round")
     ax.set_ylabel("share of rounds")
-    ax.set_title("acceptance length")
+    ax.set_title("acceptance length (the two families count\nacceptance differently: docs/upstream.md)", fontsize=9)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
@@ -582,7 +586,10 @@ def plot_adjacent_relative(df: pd.DataFrame, subset: str = SUBSET):
     ax.set_xlabel(LABELS["distance"])
     ax.set_ylabel("relative KL (adjacent / between positions)")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(f"relative KL by step distance ({subset})", fontsize=10)
+    # the null pairs a position with the next masked one of the same state: fewer remain at larger d, so the null
+    # itself moves with d (kl_null_median in the table) and only d = 1 is the claim's statistic
+    ax.set_title(f"relative KL by step distance ({subset});\nthe claim reads d = 1 (beyond it the null moves with d)",
+                 fontsize=9)  # fmt: skip
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
