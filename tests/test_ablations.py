@@ -103,6 +103,7 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     for name, t in res["tables"].items():
         assert len(t) == 2 * t["label"].nunique() and set(t["benchmark"]) == {"synth-math", "synth-code"}
         assert set(t.columns) - {c for c in t if c.endswith(("_lo", "_hi"))} <= set(ablations.columns((3,), (0.5,)))
+        assert {"tpf_share_k3", "upstream_tpf_share_k3"} <= set(t.columns) and (t["family"] == "ours upstream").all()
         for ext in ("md", "csv", "png"):
             assert (figs / f"ablation_{name}.{ext}").stat().st_size > 0
     assert list(res["claims"]["ablation"]) == ["depth", "objective", "k_steps"]
@@ -114,6 +115,9 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     tpf = lambda g: g["tokens"].sum() / g["denoise_forwards"].sum()  # noqa: E731
     spec = "mode == 'speculative'"
     assert row["tpf_share_k3"] == pytest.approx(tpf(h.query(spec)) / tpf(b.query(spec)))
+    u = res["family_runs"]["objective", "direct", "upstream"].query("benchmark == 'synth-math'")
+    assert set(u["algorithm"]) == {"upstream"} and set(u["mode"]) == {"speculative"}  # the released code's rounds
+    assert row["upstream_tpf_share_k3"] == pytest.approx(tpf(u) / tpf(b.query(spec)))  # over the same oracle
     assert row["direct_step1_accuracy"] == pytest.approx(100 * h.query("mode == 'direct' and K == 1")["correct"].mean())
     st, dy = b.query("mode == 'static'")["correct"].mean(), b.query("mode == 'dynamic'")["correct"].mean()
     re = h.query("mode == 'remask'")["correct"].mean()

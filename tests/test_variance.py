@@ -48,6 +48,42 @@ def test_spread_table_is_mean_std_and_the_published_seeds_ci():
     assert list(t.columns) == list(variance.COLUMNS)[1:]
 
 
+def _report(verdicts: dict[tuple[str, str], str]) -> pd.DataFrame:
+    return pd.DataFrame([{"id": i, "scope": sc, "verdict": v, "extension": False} for (i, sc), v in verdicts.items()])
+
+
+def test_claims_across_seeds_take_the_weakest_seed_and_reach_claims_md(tmp_path):
+    from mrp_repro.report import verdicts
+
+    rec, fits, acc = ("remask-recovers", "synth-code, τ=0.5"), ("mrp-fits-residual", ""), ("speculative-accuracy", "t")
+    reports = {(variance.HEAD, 0): _report({rec: HOLDS, fits: HOLDS, acc: HOLDS, ("direct-tradeoff", "t"): HOLDS}),
+               (variance.HEAD, 1): _report({rec: HOLDS, fits: HOLDS, acc: HOLDS}),
+               (variance.BACKBONE, 0): _report({rec: HOLDS, fits: HOLDS, acc: HOLDS}),
+               (variance.BACKBONE, 1): _report({rec: NOT_SHOWN, fits: HOLDS})}  # fmt: skip
+    a = variance.claims_across_seeds(reports, published_seed=0)
+    assert list(a.columns) == list(variance.CLAIM_COLUMNS)
+    assert "direct-tradeoff" not in set(a["id"])  # not a seed claim: its grid is not decoded per seed
+    row = a.set_index(["id", "seed_kind"])
+    assert row.loc[(rec[0], variance.HEAD), "robust"] and row.loc[(rec[0], variance.HEAD), "seeds"] == "0 1"
+    assert not row.loc[(rec[0], variance.BACKBONE), "robust"]  # backbone seed 1 does not show it
+    every = row.loc[(rec[0], variance.ALL_SEEDS)]
+    assert (every["seeds"], every["verdict_across_seeds"], every["robust"]) == ("0 head 1 backbone 1", NOT_SHOWN, False)
+    assert "backbone 1: not shown" in every["seed_verdicts"]  # the published run counted once, then the others
+    sa = row.loc[(acc[0], variance.ALL_SEEDS)]
+    assert sa["robust"] and "backbone 1: not measured" in sa["seed_verdicts"]  # a missing scope: not measured there
+    # claims.md: the all-seeds verdict beside the claim's own, blank where the claim is not judged across seeds
+    main = _report({rec: HOLDS, ("direct-tradeoff", "t"): HOLDS, fits: HOLDS}).assign(
+        claim="c", paper="", ours="", reason="r", statistic="s", null="n", paper_number="p", tolerance="–",
+        verdict_rule="v", table="t", source="s")  # fmt: skip
+    md = verdicts.write_report(main, tmp_path, "tiny", False, "SDAR-8B", a).read_text()
+    out = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False).set_index("id")
+    assert out.loc["remask-recovers", "robust"] == "False" and out.loc["direct-tradeoff", "robust"] == ""
+    assert out.loc["remask-recovers", "verdict_across_seeds"].startswith(f"{NOT_SHOWN} (holds on 2 of 3")
+    assert out.loc["mrp-fits-residual", "robust"] == "True"
+    assert "| robust | verdict_across_seeds |" in md and "make variance" in md
+    assert "has not run" in verdicts.write_report(main, tmp_path, "tiny", False).read_text()  # none: said so
+
+
 def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
     from mrp_repro import stages
 
@@ -73,17 +109,13 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
     ref = per.query("headline == 'static_accuracy' and seed_kind == @variance.HEAD and seed == 0")
     assert (pub["published"] == ref.set_index("benchmark")["seed_value"].loc[pub.index]).all()
     figs = tmp_runs.parent / "figures" / "smoke"
-    for f in ("variance.md", "variance.csv", "variance.png", "variance_seeds.csv"):
+    for f in ("variance.md", "variance.csv", "variance.png", "variance_seeds.csv", "variance_claims.md"):
         assert (figs / f).stat().st_size > 0
-    # every claim checked on each seed, then judged across the seeds
-    from mrp_repro.report import claims
-
-    reports = [claims.check_claims(claims.tables_from_results(variance.seed_results(P, variance.HEAD, s)))
-               for s in (0, 1)]
-    # one verdict per claim and scope (benchmark, family, τ) on each seed, judged across the seeds
-    keyed = [r.set_index(["id", "scope"])["verdict"] for r in reports]
-    robust = {key: variance.robust_verdict([k.get(key, NA) for k in keyed]) for key in keyed[0].index}
-    assert any(r.verdict != NA for r in robust.values())  # the remasking and training claims are measured per seed
+    # every seed claim judged across the seeds run; measured ones name every seed run once
+    across = res["claims"]
+    assert set(across["id"]) <= set(variance.SEED_CLAIMS) and "mrp-fits-residual" in set(across["id"])
+    every = across[across["seed_kind"] == variance.ALL_SEEDS]
+    assert (every["seeds"] == "0 head 1 backbone 1").all()
     # cached: a second run decodes and trains nothing
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke" / "variance").glob("*.csv")}
     again = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)

@@ -136,11 +136,16 @@ TABLE_COLUMNS: dict[str, str] = {
     "heldout_baseline_kl_step1": "held-out mean KL(B‖A), the uncorrected baseline, on the same slots (nats)",
     "heldout_kl_ratio": "heldout_kl_step1 / heldout_baseline_kl_step1 (below 1: the head beats the baseline)",
     "head_train_s": "the head's training wall seconds (its metrics.json train_time_s)",
-    "family": "the decoding family of the speculative columns (ours; issue 20 adds upstream)",
+    "family": "the decoding families of the ablation's speculative columns, space-separated: ours (tpf_share_k*) "
+    "and upstream (upstream_tpf_share_k*)",
     "tpf_share_k3": "TPF of speculative(3, mrp) over that of speculative(3, oracle) on the same prompts (tokens per "
     "denoising forward, pooled); CI: bootstrap over prompts",
     "tpf_share_k5": "TPF of speculative(5, mrp) over that of speculative(5, oracle) on the same prompts (tokens per "
     "denoising forward, pooled); CI: bootstrap over prompts",
+    "upstream_tpf_share_k3": "TPF of the released code's upstream_speculative(3, …) over that of speculative(3, "
+    "oracle) on the same prompts (pooled); CI: bootstrap over prompts",
+    "upstream_tpf_share_k5": "TPF of the released code's upstream_speculative(5, …) over that of speculative(5, "
+    "oracle) on the same prompts (pooled); CI: bootstrap over prompts",
     "direct_step1_accuracy": "accuracy of direct mode, MRP step 1 (%, CI over prompts)",
     "direct_step2_accuracy": "accuracy of direct mode, MRP step 2 (%, CI over prompts)",
     "remask_recovery_tau50": "100 × (acc remask(0.5, tau) − acc dynamic(0.5)) / (acc static − acc dynamic(0.5)), "
@@ -151,7 +156,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "dynamic_loss_tau70": "acc static − acc dynamic(0.7) in points: the loss the recovery divides",
     "comparison": "which heads against which",
     "headline": "the headline number (HEADLINES in mrp_repro/report/variance.py)",
-    "seed_kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head)",
+    "seed_kind": "head seeds (heads on the published backbone) or backbone seeds (backbone, trajectories, head); "
+    "variance_claims also has all seeds (the published run, then both kinds' other seeds)",
     "n_seeds": "seeds run of this kind (the published one included)",
     "seeds": "the seeds, space-separated",
     "published": "the value of the profile's own seed (the published backbone and head)",
@@ -340,7 +346,15 @@ TABLE_COLUMNS: dict[str, str] = {
     "claim": "the paper's claim, in words",
     "paper": "the paper's number for the claim, as text",
     "ours": "our number for the claim, as text",
-    "verdict": "holds / holds qualitatively / does not hold / – (not measured), by the claim's stated rule",
+    "verdict": "holds / holds in direction; size not compared / holds in direction, not in size / not shown / does "
+    "not hold / not measured (report.verdicts.VERDICTS), by the claim's stated rule",
+    "seed_verdicts": "the claim's verdict on each seed run of the row, `seed: verdict`; `head s` / `backbone s` name "
+    "the kind in all-seeds rows, the published seed stands alone",
+    "verdict_across_seeds": "the weakest verdict over the seeds measured (report.variance.robust_verdict); in "
+    "claims.md with its reason and seeds; blank: not judged across seeds",
+    "robust": "True when the claim holds (or holds in direction) on every seed measured, at least two; blank: not "
+    "judged across seeds",
+    "robust_reason": "on how many of the measured seeds the claim holds",
     "reason": "why the verdict follows from the numbers",
     "table": "the table the claim reads",
     "column": "the column(s) of that table the claim reads",

@@ -20,8 +20,10 @@ fill the objective and k_steps axes, the only ones the authors released variants
 Every variant reports, per task (the same prompts for every head, evaluation.n_prompts unless --n):
 - held-out KL(B‖A+C) against KL(B‖A) at step 1 (the head's training metrics; step 1 so K-step heads compare);
 - speculative TPF share of the oracle at K = 3 and 5: TPF of speculative(K, mrp) over that of speculative(K, oracle)
-  on the same prompts, with a bootstrap CI over prompts. The decoding family is a parameter (FAMILIES): `ours` now;
-  issue 20's `upstream` family registers itself there;
+  on the same prompts, with a bootstrap CI over prompts, per decoding family (FAMILIES): `ours` (tpf_share_k*) and
+  the released code's `upstream` speculative (upstream_tpf_share_k*: decoding.upstream, draft logits as the profile's
+  decoding.upstream_draft_logits), both over the same oracle drafter's TPF (ours: the released code has none; it is
+  the ceiling of any drafter of K drafts per forward, and both families count TPF per row the same way);
 - direct step 1 / 2 accuracy;
 - remasking recovery at τ = 0.5 and 0.7 (rule `tau`, the paper's): recovery = (acc remask(τ) − acc dynamic(τ)) /
   (acc static − acc dynamic(τ)) in percent, over the same prompts: the share of dynamic decoding's accuracy loss
@@ -61,14 +63,23 @@ TAUS = (0.5, 0.7)
 KL_TIE = 0.02
 
 
-def _spec_ours(K: int, head):
+def _spec_ours(K: int, head, decoding):
     from mrp_repro.decoding import Speculative
 
-    return Speculative(K, "mrp", head=head) if head is not None else Speculative(K, "oracle")
+    return Speculative(K, "mrp", head=head)
 
 
-#: decoding family -> policy builder (K, head or None for the oracle drafter). Issue 20 adds "upstream".
-FAMILIES: dict[str, Callable] = {"ours": _spec_ours}
+def _spec_upstream(K: int, head, decoding):
+    from mrp_repro.decoding.upstream import UpstreamSpeculative
+
+    return UpstreamSpeculative(K, head, decoding.upstream_draft_logits, decoding.upstream_sum_scale)
+
+
+#: decoding family -> speculative policy builder (K, head, the profile's decoding section); both families' shares
+#: divide by the oracle drafter's TPF (ours: Speculative(K, "oracle")), decoded once in the baseline
+FAMILIES: dict[str, Callable] = {"ours": _spec_ours, "upstream": _spec_upstream}
+#: the column prefix of a family's speculative columns ("": ours)
+FAMILY_PREFIX = {"ours": "", "upstream": "upstream_"}
 
 
 @dataclass(frozen=True)
@@ -229,23 +240,31 @@ def _cache_path(P, kind: str, key: str) -> Path:
     return d / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.csv"
 
 
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"decoding family {family!r}: choose from {', '.join(FAMILIES)}")
+
+
 def _decode(P, bb, head, head_id: str, family: str, Ks, taus, n_prompts, benchmarks) -> pd.DataFrame:
     """The runs frame (measure.schema columns) of one head's settings, or of the head-free baselines (head None:
-    static, dynamic(τ), the oracle drafter at each K); cached under runs/<profile>/ablations/, keyed by the head,
-    the family, the settings, the prompts and the decoding section."""
-    from mrp_repro.decoding import Direct, Dynamic, Remask, Static
+    static, dynamic(τ), the oracle drafter at each K; family "ours"); cached under runs/<profile>/ablations/, keyed
+    by the head, the family, the settings, the prompts and the decoding section. Family "ours": the head's
+    speculative, direct and remask settings; another family: its speculative settings only (direct and remasking
+    are ours in both)."""
+    from mrp_repro.decoding import Direct, Dynamic, Remask, Speculative, Static
     from mrp_repro.measure.runs import eval_problems, model_for_profile, run_setting
     from mrp_repro.report.paper import RESULTS_SCHEMA
 
-    if family not in FAMILIES:
-        raise ValueError(f"decoding family {family!r}: choose one of {', '.join(FAMILIES)} (issue 20 adds upstream)")
+    _check_family(family)
     spec = FAMILIES[family]
     if head is None:
         settings = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
-        settings += [("speculative", spec(K, None)) for K in Ks]
+        settings += [("speculative", Speculative(K, "oracle")) for K in Ks]
     else:
-        settings = [("speculative", spec(K, head)) for K in Ks] + [("direct", Direct(s, head=head)) for s in (1, 2)]
-        settings += [("remask", Remask(t, "tau", head=head)) for t in taus]
+        settings = [("speculative", spec(K, head, P.decoding)) for K in Ks]
+        if family == "ours":
+            settings += [("direct", Direct(s, head=head)) for s in (1, 2)]
+            settings += [("remask", Remask(t, "tau", head=head)) for t in taus]
     key = "|".join(map(str, (head_id, family, [p.name for _, p in settings], n_prompts, list(benchmarks),
                              P.section_hash("decoding", "data"), RESULTS_SCHEMA)))  # fmt: skip
     path = _cache_path(P, "baseline" if head is None else "head", key)
@@ -278,10 +297,12 @@ def _by_problem(runs: pd.DataFrame, bench: str, mode: str, K: float | None = Non
     return g.set_index("problem_id").sort_index()
 
 
-def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: dict, family: str = "ours",
-                    Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, n_boot: int = 1000, ci: float = 0.95,
+def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: dict,
+                    family_runs: dict[str, pd.DataFrame] | None = None, Ks: Sequence[int] = KS,
+                    taus: Sequence[float] = TAUS, n_boot: int = 1000, ci: float = 0.95,
                     seed: int = 0) -> list[dict]:  # fmt: skip
-    """One row per task of one head: the metrics of the module docstring (column names: COLUMNS)."""
+    """One row per task of one head: the metrics of the module docstring (column names: columns()). head_runs: the
+    head's decodes in family ours; family_runs: another family -> the head's speculative decodes in that family."""
     from mrp_repro.measure.stats import mean_ci
 
     kl, base = metrics.get("heldout_kl_step1", math.nan), metrics.get("heldout_baseline_kl_step1", math.nan)
@@ -291,12 +312,13 @@ def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: d
         row = {"benchmark": bench, "n": len(static), "heldout_kl_step1": kl, "heldout_baseline_kl_step1": base,
                "heldout_kl_ratio": kl / base if base and not math.isnan(base) else math.nan,
                "head_train_s": metrics.get("train_time_s", math.nan)}  # fmt: skip
-        for K in Ks:
-            m = _by_problem(head_runs, bench, "speculative", K=K)  # the head's drafter
-            o = _by_problem(base_runs, bench, "speculative", K=K).loc[m.index]  # the oracle
-            c = f"tpf_share_k{K}"
-            row[c], row[f"{c}_lo"], row[f"{c}_hi"] = share_ci(m["tokens"], m["denoise_forwards"], o["tokens"],
-                                                              o["denoise_forwards"], n_boot, ci, seed)  # fmt: skip
+        for fam, runs in {"ours": head_runs, **(family_runs or {})}.items():
+            for K in Ks:
+                m = _by_problem(runs, bench, "speculative", K=K)  # the head's drafter
+                o = _by_problem(base_runs, bench, "speculative", K=K).loc[m.index]  # the oracle
+                c = f"{FAMILY_PREFIX[fam]}tpf_share_k{K}"
+                row[c], row[f"{c}_lo"], row[f"{c}_hi"] = share_ci(m["tokens"], m["denoise_forwards"], o["tokens"],
+                                                                  o["denoise_forwards"], n_boot, ci, seed)  # fmt: skip
         row["static_accuracy"] = 100 * static["correct"].astype(float).mean()
         for s in (1, 2):
             g = _by_problem(head_runs, bench, "direct", K=s)
@@ -312,8 +334,9 @@ def variant_metrics(head_runs: pd.DataFrame, base_runs: pd.DataFrame, metrics: d
     return rows
 
 
-def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS) -> dict[str, str]:
-    """Every column of an ablation table (name -> definition) for these K and τ; CIs are <column>_lo / _hi."""
+def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, families: Sequence[str] = tuple(FAMILIES)
+            ) -> dict[str, str]:  # fmt: skip
+    """Every column of an ablation table (name -> definition) for these K, τ and families; CIs: <column>_lo / _hi."""
     out = {
         "ablation": "the ablated design choice: depth, objective, k_steps, train_source, init (or released)",
         "label": "the head on this axis ('paper:' the paper's choice, 'ours:' the profile's)",
@@ -327,11 +350,15 @@ def columns(Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS) -> dict[str, s
         "heldout_kl_ratio": "heldout_kl_step1 / heldout_baseline_kl_step1 (below 1: the head beats the baseline)",
         "head_train_s": "the head's training wall seconds (its metrics.json train_time_s)",
         "static_accuracy": "static(1) accuracy on these prompts (%), the reference of the recovery",
-        "family": "the decoding family of the speculative columns (ours; issue 20 adds upstream)",
+        "family": TABLE_COLUMNS["family"],
     }
     for K in Ks:
         out[f"tpf_share_k{K}"] = (f"TPF of speculative({K}, mrp) over that of speculative({K}, oracle) on the same "
                                   "prompts (tokens per denoising forward, pooled); CI: bootstrap over prompts")
+        if "upstream" in families:
+            out[f"upstream_tpf_share_k{K}"] = (f"TPF of the released code's speculative (upstream_speculative({K}, "
+                                               f"…)) over that of speculative({K}, oracle) on the same prompts; CI: "
+                                               "bootstrap over prompts")  # fmt: skip
     for s in (1, 2):
         out[f"direct_step{s}_accuracy"] = f"accuracy of direct mode, MRP step {s} (%, CI over prompts)"
     for t in taus:
@@ -473,7 +500,9 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
                     va="bottom", fontsize=8)  # fmt: skip
     axs[0].set_title("held-out KL(B‖A+C) / KL(B‖A), step 1")
     axs[0].legend(fontsize=8, loc="lower right")
-    panels = [(axs[1], [(f"tpf_share_k{K}", f"K={K}") for K in Ks], "TPF share of the oracle", None),
+    fams = [(p, f) for f, p in FAMILY_PREFIX.items() if f"{p}tpf_share_k{Ks[0]}" in table]
+    panels = [(axs[1], [(f"{p}tpf_share_k{K}", f"K={K} {f}") for p, f in fams for K in Ks],
+               "TPF share of the oracle (family ours / upstream)", None),
               (axs[2], [(f"direct_step{s}_accuracy", f"step {s}") for s in (1, 2)], "direct mode accuracy (%)",
                "static_accuracy"),
               (axs[3], [(f"remask_recovery_{_tau_key(t)}", f"τ={t:g}") for t in taus],
@@ -519,7 +548,8 @@ def _trained(P, bb) -> bool:
     return published.head_dir(P, model_fingerprint(bb.model)) is not None
 
 
-def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None = None, family: str = "ours",
+def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None = None,
+        families: Sequence[str] = tuple(FAMILIES),
         Ks: Sequence[int] = KS, taus: Sequence[float] = TAUS, depths: Sequence[int] = DEPTHS,
         ks: Sequence[int] | None = None,
         released: Sequence[tuple[str, dict]] | None = None, out=None, threads: int | None = None,
@@ -556,9 +586,14 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
     n = n_prompts if n_prompts is not None else ev.n_prompts
     benches = list(benchmarks or ev.benchmarks)
     t0 = time.perf_counter()
-    base_runs = _decode(P, bb, None, "baseline", family, Ks, taus, n, benches)
+    families = list(families)
+    for f in families:
+        _check_family(f)
+    if "ours" not in families:
+        raise ValueError("ablations: families must include `ours` (direct and remasking decode in it)")
+    base_runs = _decode(P, bb, None, "baseline", "ours", Ks, taus, n, benches)
     figs = tables.out_dir(out if out is not None else P)
-    tabs, claims, timing, all_runs = {}, [], [], {}
+    tabs, claims, timing, all_runs, family_runs = {}, [], [], {}, {}
     for name in names:
         ax = all_axes[name]
         rows, head_runs, skipped = [], {}, []
@@ -569,11 +604,13 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
                 skipped.append(label)
                 continue
             head, hid, metrics = _head(Pv, bb, progress)
-            head_runs[label] = _decode(Pv, bb, head, hid, family, Ks, taus, n, benches)
+            head_runs[label] = _decode(Pv, bb, head, hid, "ours", Ks, taus, n, benches)
+            others = {f: _decode(Pv, bb, head, hid, f, Ks, taus, n, benches) for f in families if f != "ours"}
             ovs = ",".join(f"{k}={v}" for k, v in ov.items())
-            for r in variant_metrics(head_runs[label], base_runs, metrics, family, Ks, taus, **boot):
-                rows.append({"ablation": name, "label": label, "variant": ovs, **r, "family": family})
+            for r in variant_metrics(head_runs[label], base_runs, metrics, others, Ks, taus, **boot):
+                rows.append({"ablation": name, "label": label, "variant": ovs, **r, "family": " ".join(families)})
             all_runs[name, label] = head_runs[label]
+            family_runs.update({(name, label, f): r for f, r in others.items()})
             timing.append((name, label, time.perf_counter() - tv))
             print(f"[ablations] {name} / {label}: {timing[-1][2]:.0f}s ({hid})", flush=True)
         if not rows:
@@ -581,7 +618,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
             continue
         t = pd.DataFrame(rows)
         first = ["ablation", "label", "benchmark", "n"]
-        order = first + [c for c in columns(Ks, taus) if c in t and c not in (*first, "variant", "family")]
+        order = first + [c for c in columns(Ks, taus, families) if c in t and c not in (*first, "variant", "family")]
         t = t[order + ["variant", "family"] + [c for c in t if c.endswith(("_lo", "_hi"))]]
         claim = None
         if name in AXIS_CLAIMS:
@@ -592,7 +629,8 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         note = [f"Paper: {ax.paper}. Axis: {ax.setting}; every head on the profile's backbone"
                 + (" (released heads: mrp.pretrained)." if released is not None else " and trajectories.")]
         note.append(f"{n} prompts per task (evaluation.n_prompts{' overridden' if n_prompts is not None else ''}); "
-                    f"decoding family `{family}`; remasking rule tau. Columns: docs/ablations.md.")
+                    f"speculative decoding families {', '.join(f'`{f}`' for f in families)} (upstream_tpf_share_*: "
+                    "the released code's, over the same oracle); remasking rule tau. Columns: docs/ablations.md.")
         if skipped:
             note.append(f"Not run (head not trained in the time this run had): {', '.join(skipped)}.")
         if claim:
@@ -609,8 +647,10 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         plt.close(fig)
     cl = pd.DataFrame(claims, columns=list(CLAIM_COLUMNS))
     if len(cl):
-        tables.save_table(cl, figs, "ablation_claims", note=f"{n} prompts per task; family `{family}`.")
-    return {"tables": tabs, "claims": cl, "runs": all_runs, "baseline": base_runs, "timing": timing,
+        tables.save_table(cl, figs, "ablation_claims", note=f"{n} prompts per task; the k_steps test reads family "
+                          "`ours` (tpf_share_k*).")
+    return {"tables": tabs, "claims": cl, "runs": all_runs, "family_runs": family_runs, "baseline": base_runs,
+            "timing": timing,
             "seconds": time.perf_counter() - t0}
 
 
@@ -619,7 +659,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--axes", nargs="*", default=None, help="default: every axis the profile has")
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default evaluation.n_prompts)")
-    ap.add_argument("--family", default="ours", help=f"speculative decoding family: {', '.join(FAMILIES)}")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), help=f"speculative decoding families "
+                    f"(default: {' '.join(FAMILIES)}; ours is required)")
     ap.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), help="head depths of the depth axis")
     ap.add_argument("--ks", type=int, nargs="+", default=None, help="k_steps of the K-step axis (default 1 2 3)")
     ap.add_argument("--released", nargs="+", default=None, help="label=SPEC[,key=value] per released head")
@@ -630,7 +671,7 @@ def main(argv: list[str] | None = None) -> None:
     from mrp_repro.config import load_profile
 
     released = [parse_released(r) for r in a.released] if a.released else None
-    res = run(load_profile(a.profile), a.axes, a.n, a.family, depths=a.depths, ks=a.ks, released=released,
+    res = run(load_profile(a.profile), a.axes, a.n, a.families, depths=a.depths, ks=a.ks, released=released,
               out=a.out, threads=a.threads, train=not a.no_train, progress=False)  # fmt: skip
     print(res["claims"].to_string(index=False))
     print(f"[ablations] done in {res['seconds']:.0f}s")

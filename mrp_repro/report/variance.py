@@ -44,7 +44,9 @@ import pandas as pd
 from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
 
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
-           "seed_results", "spread_table", "plot_spread", "run", "main"]  # fmt: skip
+           "seed_results", "SEED_CLAIMS", "ALL_SEEDS", "CLAIM_COLUMNS", "claims_across_seeds",
+           "load_claims_across_seeds",
+           "spread_table", "plot_spread", "run", "main"]  # fmt: skip
 
 #: headline -> what it is (its unit); the variance table's rows
 HEADLINES = {
@@ -52,6 +54,7 @@ HEADLINES = {
     "dynamic_accuracy_tau50": "dynamic(0.5) accuracy (%)",
     "max_remask_gain": "largest remasking gain over τ: remask(τ, tau) − dynamic(τ) accuracy, points",
     "adjacent_kl_median": "adjacent-step median KL, confidence < 0.99, distance 1 (nats), both tasks pooled",
+    "adjacent_relative_kl": "adjacent-similar's statistic: that median KL over the median KL between two positions",
     "heldout_kl_ratio": "held-out KL(B‖A+C) / KL(B‖A) over every training step of the head",
     "spec_tpf_k3": "speculative(3, mrp) tokens per denoising forward",
 }
@@ -62,6 +65,18 @@ _SEEDS = ("seed_kind", "seed", "headline", "benchmark", "seed_value", "seed_valu
 COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
 SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
 HEAD, BACKBONE = "head seeds", "backbone seeds"
+#: the seed_kind of variance_claims' rows judged over every seed run: the published one, then both kinds' others
+ALL_SEEDS = "all seeds"
+#: the claims judged on every seed (variance_claims.*, and claims.md's across-seeds column): each reads only what a
+#: seed run measures (static, dynamic(τ), remask(τ, tau), speculative(3, mrp) at the decoding batch size, the head's
+#: curve, adjacent steps at distance 1). The rest read grids a seed does not decode (lookahead, direct, matched
+#: speed; speculative-speedup's measurement of record is the batch-1 grid's wall clock) and are not judged across
+#: seeds. A seed's adjacent-similar check has no random-init rows: the random inits do not depend on the seed, and
+#: the published run's fail the statistic (claims.md).
+SEED_CLAIMS = ("adjacent-similar", "mrp-fits-residual", "speculative-lossless", "speculative-accuracy",
+               "remask-recovers", "remask-max-gain", "remask-gain-shrinks")  # fmt: skip
+_CLAIMS = ("id", "scope", "seed_kind", "seeds", "seed_verdicts", "verdict_across_seeds", "robust", "robust_reason")
+CLAIM_COLUMNS = {c: TABLE_COLUMNS[c] for c in _CLAIMS}
 
 
 # ----------------------------------------------------------------------------- robustness
@@ -135,6 +150,9 @@ def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n
     a = adjacent[(adjacent["model"] == TRAINED) & (adjacent["subset"] == SUBSET) & (adjacent["distance"] == 1)]
     out.append(dict(headline="adjacent_kl_median", benchmark="all", seed_value=float(a["kl_median"].iloc[0])
                     if len(a) else math.nan, seed_value_lo=math.nan, seed_value_hi=math.nan))  # fmt: skip
+    rel = [float(a[c].iloc[0]) if len(a) else math.nan for c in ("relative_kl", "relative_kl_lo", "relative_kl_hi")]
+    out.append(dict(headline="adjacent_relative_kl", benchmark="all", seed_value=rel[0], seed_value_lo=rel[1],
+                    seed_value_hi=rel[2]))
     base = metrics.get("heldout_baseline_kl") or math.nan
     out.append(dict(headline="heldout_kl_ratio", benchmark="all", seed_value=metrics.get("heldout_kl", math.nan) / base,
                     seed_value_lo=math.nan, seed_value_hi=math.nan))  # fmt: skip
@@ -229,7 +247,44 @@ def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None) ->
     return {"backbone_runs": runs[runs["mode"].isin(["static", "dynamic"])].reset_index(drop=True),
             "backbone": paper.backbone_table(runs, ev.bootstrap_samples, ev.ci),
             "remasking_runs": runs[runs["mode"].isin(["dynamic", "remask"])].reset_index(drop=True),
+            "speculative_runs": runs[runs["mode"].isin(["static", "speculative"])].reset_index(drop=True),
+            "adjacent": r["adjacent"],
             "mrp_curve": paper.mrp_curve_frame(r["head_dir"] / "loss_curve.csv")}  # fmt: skip
+
+
+def claims_across_seeds(reports: dict[tuple[str, int], pd.DataFrame], published_seed: int) -> pd.DataFrame:
+    """reports: (seed kind, seed) -> that seed's claims report (claims.check_claims on seed_results) ->
+    CLAIM_COLUMNS: per SEED_CLAIMS claim and scope, robust_verdict over each kind's seeds and over every seed run
+    (ALL_SEEDS: the published run once, then both kinds' other seeds). A scope missing on a seed counts as not
+    measured there."""
+    from mrp_repro.report.verdicts import NA
+
+    verdicts = {k: {(r.id, r.scope): r.verdict for r in rep[rep["id"].isin(SEED_CLAIMS)].itertuples()}
+                for k, rep in reports.items()}  # fmt: skip
+    keys = list(dict.fromkeys(key for v in verdicts.values() for key in v))
+    kinds = [k for k in (HEAD, BACKBONE) if any(kk == k for kk, _ in reports)]
+    members = {k: sorted((m for m in reports if m[0] == k), key=lambda m: m[1]) for k in kinds}
+    pub = next((m for k in kinds for m in members[k] if m[1] == published_seed), None)
+    members[ALL_SEEDS] = ([pub] if pub else []) + [m for k in kinds for m in members[k] if m[1] != published_seed]
+
+    def label(m, kind):
+        return str(m[1]) if kind != ALL_SEEDS or m == pub else f"{m[0].split()[0]} {m[1]}"
+
+    rows = []
+    for cid, scope in sorted(keys, key=lambda k: SEED_CLAIMS.index(k[0])):
+        for kind, ms in members.items():
+            vs = [verdicts[m].get((cid, scope), NA) for m in ms]
+            rb = robust_verdict(vs)
+            rows.append({"id": cid, "scope": scope, "seed_kind": kind, "seeds": " ".join(label(m, kind) for m in ms),
+                         "seed_verdicts": "; ".join(f"{label(m, kind)}: {v}" for m, v in zip(ms, vs, strict=True)),
+                         "verdict_across_seeds": rb.verdict, "robust": rb.robust, "robust_reason": rb.reason})
+    return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+def load_claims_across_seeds(directory) -> pd.DataFrame | None:
+    """<directory>/variance_claims.csv (written by `make variance`), or None when it has not run."""
+    path = Path(directory) / "variance_claims.csv"
+    return pd.read_csv(path, keep_default_na=False) if path.exists() else None
 
 
 # ----------------------------------------------------------------------------- across seeds
@@ -307,13 +362,20 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     P = profile
     seed_everything(P.seed)
     t0 = time.perf_counter()
-    rows, timing = [], []
+    from mrp_repro.report import claims
+
+    rows, timing, reports = [], [], {}
+    ev = P.evaluation
     bb = stages.backbone(P, progress=progress) if head_seeds else None
     for kind, seeds in ((HEAD, head_seeds), (BACKBONE, backbone_seeds)):
         for s in seeds:
             ts = time.perf_counter()
             r = seed_run(P, kind, s, n_prompts, threads, progress, bb=bb if kind == HEAD else None)
             rows += [{"seed_kind": kind, "seed": s, **v} for v in r["values"]]
+            found = claims.tables_from_results(seed_results(P, kind, s, n_prompts, bb=bb if kind == HEAD else None),
+                                               n_boot=ev.bootstrap_samples, ci=ev.ci)  # fmt: skip
+            reports[(kind, s)] = claims.check_claims(found, numeric=claims.is_numeric_profile(P),
+                                                     paper_model=P.paper.model, n_boot=ev.bootstrap_samples, ci=ev.ci)
             timing.append((kind, s, time.perf_counter() - ts))
             print(f"[variance] {kind} {s}: {timing[-1][2]:.0f}s ({r['head_dir'].name})", flush=True)
     per_seed = pd.DataFrame(rows, columns=list(SEED_COLUMNS))
@@ -326,12 +388,25 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             "docs/ablations.md.")
     tables.save_table(table, figs, "variance", digits=4, note=note)
     per_seed.to_csv(figs / "variance_seeds.csv", index=False)
+    across = claims_across_seeds(reports, P.seed)
+    tables.save_table(across, figs, "variance_claims", note=(
+        f"Each claim's verdict on every seed (the same check as claims.md, on that seed's decodes; {n} prompts per "
+        "task), judged across seeds by variance.robust_verdict: robust only when measured on at least two seeds and "
+        "holding (or holding in direction) on every one; the verdict is the weakest. Only the claims a seed run "
+        "measures (variance.SEED_CLAIMS)."))
+    if (figs / "claims.csv").exists():  # claims.md gains its across-seeds column now, not at the next reproduce
+        from mrp_repro.report.verdicts import write_report
+
+        report = pd.read_csv(figs / "claims.csv", keep_default_na=False)
+        report["extension"] = report["extension"].astype(str) == "True"
+        write_report(report, figs, P.name, claims.is_numeric_profile(P), P.paper.model, across)
     fig = plot_spread(per_seed, P.seed)
     save_figure(fig, figs, "variance")
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    return {"table": table, "per_seed": per_seed, "timing": timing, "seconds": time.perf_counter() - t0}
+    return {"table": table, "per_seed": per_seed, "claims": across, "timing": timing,
+            "seconds": time.perf_counter() - t0}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "VERDICTS", "Outcome", "Context", "na", "missing",
-           "fmt", "fmt_ci", "direction", "sized", "report_markdown", "write_report"]  # fmt: skip
+           "fmt", "fmt_ci", "direction", "sized", "with_across_seeds", "report_markdown", "write_report"]  # fmt: skip
 
 HOLDS = "holds"
 DIRECTION = "holds in direction; size not compared"
@@ -92,7 +92,27 @@ def _cells(*xs) -> str:
     return "| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in xs) + " |"
 
 
-def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "") -> str:
+def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.DataFrame:
+    """report with `verdict_across_seeds` and `robust` from variance_claims' all-seeds rows (report.variance;
+    `make variance`), matched on (id, scope); blank where a claim is not judged across seeds or it has not run."""
+    from mrp_repro.report.variance import ALL_SEEDS
+
+    out = report.drop(columns=["verdict_across_seeds", "robust"], errors="ignore").copy()
+    out["verdict_across_seeds"], out["robust"] = "", ""
+    if across is None:
+        return out
+    a = across[across["seed_kind"] == ALL_SEEDS]
+    found = {(r.id, r.scope): r for r in a.itertuples(index=False)}
+    for i, r in out.iterrows():
+        if (hit := found.get((r["id"], r["scope"]))) is not None:
+            out.at[i, "verdict_across_seeds"] = f"{hit.verdict_across_seeds} ({hit.robust_reason}: {hit.seeds})"
+            out.at[i, "robust"] = str(hit.robust)
+    return out
+
+
+def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "",
+                    across: pd.DataFrame | None = None) -> str:  # fmt: skip
+    report = with_across_seeds(report, across)
     main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
     counts = main["verdict"].value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v, 0))
@@ -107,14 +127,19 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
              "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
              "size**; **not shown** (the CI holds the null); **does not hold** (the CI is on the wrong side); "
              "**not measured**. Each claim's statistic, null, tolerance and rule are listed below the tables.", "",
-             f"| claim | scope | paper ({pm}) | ours | verdict | reason |", "|---|---|---|---|---|---|"]  # fmt: skip
+             _seeds_line(across), "",
+             f"| claim | scope | paper ({pm}) | ours | verdict | reason | robust | verdict_across_seeds |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in main.itertuples(index=False):
-        lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason))
+        lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason,
+                            r.robust, r.verdict_across_seeds))  # fmt: skip
     if len(ext):
         lines += ["", "Extensions beyond the paper's grid (judged by the same rule; not part of the paper's claim):",
-                  "", "| claim | scope | paper | ours | verdict | reason |", "|---|---|---|---|---|---|"]  # fmt: skip
+                  "", "| claim | scope | paper | ours | verdict | reason | robust | verdict_across_seeds |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in ext.itertuples(index=False):
-            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason))
+            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason, r.robust,
+                                r.verdict_across_seeds))  # fmt: skip
     lines += ["", "Each claim's declared test:", ""]
     for r in report.drop_duplicates("id").itertuples(index=False):
         lines.append(f"- `{r.id}` ({r.source}; table `{r.table}`). Statistic: {r.statistic}. Null: {r.null}. "
@@ -122,11 +147,23 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "") -> Path:
-    """Write <dir>/claims.md and claims.csv; returns the Markdown path."""
+def _seeds_line(across: pd.DataFrame | None) -> str:
+    if across is None:
+        return ("Across seeds: `make variance` has not run on this profile, so no verdict here is judged across seeds "
+                "(`robust` and `verdict_across_seeds` are blank).")  # fmt: skip
+    return ("Across seeds (`make variance`, variance_claims.md): `verdict_across_seeds` is the weakest verdict of the "
+            "same check on every seed run (the published one, other head seeds, other backbone seeds); `robust` is "
+            "True only when it holds (or holds in direction) on every seed measured, at least two. Blank: not judged "
+            "across seeds (the claim reads a grid the seed runs do not decode, or the other decoding family).")
+
+
+def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "",
+                 across: pd.DataFrame | None = None) -> Path:  # fmt: skip
+    """Write <dir>/claims.md and claims.csv (with the across-seeds columns of `across`: variance_claims, when
+    `make variance` has run); returns the Markdown path."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     md = d / "claims.md"
-    md.write_text(report_markdown(report, profile_name, numeric, paper_model))
-    report.to_csv(d / "claims.csv", index=False)
+    md.write_text(report_markdown(report, profile_name, numeric, paper_model, across))
+    with_across_seeds(report, across).to_csv(d / "claims.csv", index=False)
     return md
