@@ -117,6 +117,7 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     assert row["tpf_share_k3"] == pytest.approx(tpf(h.query(spec)) / tpf(b.query(spec)))
     u = res["family_runs"]["objective", "direct", "upstream"].query("benchmark == 'synth-math'")
     assert set(u["algorithm"]) == {"upstream"} and set(u["mode"]) == {"speculative"}  # the released code's rounds
+    assert set(u["batch_size"]) == {1} and set(h["batch_size"]) == {P.decoding.batch_size}  # batch-min acceptance
     assert row["upstream_tpf_share_k3"] == pytest.approx(tpf(u) / tpf(b.query(spec)))  # over the same oracle
     assert row["direct_step1_accuracy"] == pytest.approx(100 * h.query("mode == 'direct' and K == 1")["correct"].mean())
     st, dy = b.query("mode == 'static'")["correct"].mean(), b.query("mode == 'dynamic'")["correct"].mean()

@@ -22,8 +22,9 @@ Every variant reports, per task (the same prompts for every head, evaluation.n_p
 - speculative TPF share of the oracle at K = 3 and 5: TPF of speculative(K, mrp) over that of speculative(K, oracle)
   on the same prompts, with a bootstrap CI over prompts, per decoding family (FAMILIES): `ours` (tpf_share_k*) and
   the released code's `upstream` speculative (upstream_tpf_share_k*: decoding.upstream, draft logits as the profile's
-  decoding.upstream_draft_logits), both over the same oracle drafter's TPF (ours: the released code has none; it is
-  the ceiling of any drafter of K drafts per forward, and both families count TPF per row the same way);
+  decoding.upstream_draft_logits; decoded one prompt at a time, as its acceptance is the batch minimum), both over
+  the same oracle drafter's TPF (ours: the released code has none; it is the ceiling of any drafter of K drafts per
+  forward, and both families count TPF per row the same way);
 - direct step 1 / 2 accuracy;
 - remasking recovery at τ = 0.5 and 0.7 (rule `tau`, the paper's): recovery = (acc remask(τ) − acc dynamic(τ)) /
   (acc static − acc dynamic(τ)) in percent, over the same prompts: the share of dynamic decoding's accuracy loss
@@ -265,8 +266,12 @@ def _decode(P, bb, head, head_id: str, family: str, Ks, taus, n_prompts, benchma
         if family == "ours":
             settings += [("direct", Direct(s, head=head)) for s in (1, 2)]
             settings += [("remask", Remask(t, "tau", head=head)) for t in taus]
+    # upstream decodes one prompt at a time: its acceptance is the batch minimum (docs/upstream.md), so at the
+    # decoding batch size the batch's worst row sets every round's and the share hardly moves with the head
+    # (tiny, batch 32: 0.54-0.55 for every head); ours accepts per row and decodes at decoding.batch_size
+    batch = P.decoding.batch_size if family == "ours" else 1
     key = "|".join(map(str, (head_id, family, [p.name for _, p in settings], n_prompts, list(benchmarks),
-                             P.section_hash("decoding", "data"), RESULTS_SCHEMA)))  # fmt: skip
+                             P.section_hash("decoding", "data"), RESULTS_SCHEMA) + ((batch,) if batch == 1 else ())))
     path = _cache_path(P, "baseline" if head is None else "head", key)
     if path.exists():
         return pd.read_csv(path, keep_default_na=False, na_values=[""])
@@ -275,7 +280,7 @@ def _decode(P, bb, head, head_id: str, family: str, Ks, taus, n_prompts, benchma
     for bench in benchmarks:
         problems = eval_problems(P, bench, n_prompts)
         for mode, pol in settings:
-            frames.append(run_setting(bb, problems, mode, pol, d.batch_size, d.max_new_tokens, model_for_profile(P),
+            frames.append(run_setting(bb, problems, mode, pol, batch, d.max_new_tokens, model_for_profile(P),
                                       P.paper.model))  # fmt: skip
     df = pd.concat(frames, ignore_index=True)
     tmp = path.with_name(f".{path.name}.tmp")
