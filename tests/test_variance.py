@@ -84,7 +84,7 @@ def test_claims_across_seeds_take_the_weakest_seed_and_reach_claims_md(tmp_path)
     assert "has not run" in verdicts.write_report(main, tmp_path, "tiny", False).read_text()  # none: said so
 
 
-def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
+def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs, monkeypatch):
     from mrp_repro import stages
 
     P = smoke_profile.replace({"mrp_training.steps": 4, "mrp_training.ckpt_every": 2})
@@ -121,3 +121,14 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs):
     again = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)
     pd.testing.assert_frame_equal(again["per_seed"], per)
     assert all(p.stat().st_mtime_ns == s for p, s in stamps.items())
+    # a published backbone (as tiny's) stands for the profile's seed: --threads must not retrain it
+    from mrp_repro import published
+    from mrp_repro.training import backbone as training_backbone
+
+    pub = stages.backbone_dir(P)
+    monkeypatch.setattr(published, "backbone_dir", lambda Q: pub if Q.seed == P.seed else None)
+    monkeypatch.setattr(training_backbone, "train_backbone", lambda *a, **k: pytest.fail("retrained the published"))
+    (pub / "done.json").rename(pub / "done.json.moved")  # as in a clone: the runs/ cache has no such backbone
+    r = variance.seed_run(P, variance.BACKBONE, P.seed, n_prompts=2, threads=1)
+    same = variance.seed_run(P, variance.HEAD, P.seed, n_prompts=2)["values"]
+    pd.testing.assert_frame_equal(pd.DataFrame(r["values"]), pd.DataFrame(same))

@@ -197,7 +197,7 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
              progress: bool = False, bb=None) -> dict:  # fmt: skip
     """One seed of one kind: {"runs", "adjacent", "metrics", "head_dir", "values"}; every part cached. bb: the
     profile's own backbone (head seeds; loaded when None)."""
-    from mrp_repro import stages
+    from mrp_repro import published, stages
     from mrp_repro.measure.adjacent import adjacent_step_similarity
     from mrp_repro.measure.runs import collect_runs, eval_problems
     from mrp_repro.report.paper import RESULTS_SCHEMA
@@ -210,7 +210,8 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
         Pe = P
     elif kind == BACKBONE:
         Pe = P.replace({"seed": s})
-        if threads is not None and not (stages.backbone_dir(Pe) / "done.json").exists():
+        trained = published.backbone_dir(Pe) is not None or (stages.backbone_dir(Pe) / "done.json").exists()
+        if threads is not None and not trained:  # the published seed is never retrained here
             from mrp_repro.training.backbone import train_backbone
 
             train_backbone(Pe, stages.backbone_dir(Pe), progress, num_threads=threads)  # the profile's key, N threads
@@ -324,8 +325,12 @@ def plot_spread(per_seed: pd.DataFrame, published_seed: int):
     heads = [h for h in HEADLINES if h in set(per_seed["headline"])]
     kinds = [k for k in (HEAD, BACKBONE) if k in set(per_seed["seed_kind"])]
     cols = dict(zip(kinds, _colors(len(kinds)), strict=True))
-    fig, axs = plt.subplots(1, len(heads), figsize=(3.3 * len(heads), 3.8), squeeze=False)
-    for ax, h in zip(axs[0], heads, strict=True):
+    ncol = min(4, len(heads))
+    nrow = math.ceil(len(heads) / ncol)
+    fig, axs = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.4 * nrow), squeeze=False)
+    for ax in axs.flat[len(heads):]:
+        ax.set_visible(False)
+    for ax, h in zip(axs.flat, heads, strict=False):
         g = per_seed[per_seed["headline"] == h]
         tasks = sorted(g["benchmark"].unique())
         for j, kind in enumerate(kinds):
@@ -346,7 +351,7 @@ def plot_spread(per_seed: pd.DataFrame, published_seed: int):
         ax.margins(x=0.3)
     axs[0][0].legend(fontsize=7, loc="best")
     fig.suptitle("seed spread of the headline numbers (points: seeds; ringed: the published seed with its "
-                 "bootstrap CI over prompts)", fontsize=10)  # fmt: skip
+                 "bootstrap CI over prompts; head and backbone seeds side by side)", fontsize=10)  # fmt: skip
     fig.tight_layout()
     return fig
 

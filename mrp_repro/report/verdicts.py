@@ -127,7 +127,7 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
              "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
              "size**; **not shown** (the CI holds the null); **does not hold** (the CI is on the wrong side); "
              "**not measured**. Each claim's statistic, null, tolerance and rule are listed below the tables.", "",
-             _seeds_line(across), "",
+             _seeds_line(across, main), "",
              f"| claim | scope | paper ({pm}) | ours | verdict | reason | robust | verdict_across_seeds |",
              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in main.itertuples(index=False):
@@ -147,14 +147,17 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
     return "\n".join(lines) + "\n"
 
 
-def _seeds_line(across: pd.DataFrame | None) -> str:
+def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame) -> str:
     if across is None:
         return ("Across seeds: `make variance` has not run on this profile, so no verdict here is judged across seeds "
                 "(`robust` and `verdict_across_seeds` are blank).")  # fmt: skip
-    return ("Across seeds (`make variance`, variance_claims.md): `verdict_across_seeds` is the weakest verdict of the "
-            "same check on every seed run (the published one, other head seeds, other backbone seeds); `robust` is "
-            "True only when it holds (or holds in direction) on every seed measured, at least two. Blank: not judged "
-            "across seeds (the claim reads a grid the seed runs do not decode, or the other decoding family).")
+    judged = main[main["robust"] != ""]
+    return (f"Across seeds (`make variance`, variance_claims.md): {len(judged)} of these {len(main)} verdicts were "
+            f"judged on every seed run, {int((judged['robust'] == 'True').sum())} of them robust. "
+            "`verdict_across_seeds` is the weakest verdict of the same check on every seed run (the published one, "
+            "the other head seeds, the other backbone seeds; speculative at the decoding batch size); `robust` is "
+            "True only when the claim holds (or holds in direction) on every seed measured, at least two. Blank: not "
+            "judged across seeds (the claim reads a grid the seed runs do not decode, or the other decoding family).")
 
 
 def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "",
