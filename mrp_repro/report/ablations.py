@@ -636,6 +636,10 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         note.append(f"{n} prompts per task (evaluation.n_prompts{' overridden' if n_prompts is not None else ''}); "
                     f"speculative decoding families {', '.join(f'`{f}`' for f in families)} (upstream_tpf_share_*: "
                     "the released code's, over the same oracle); remasking rule tau. Columns: docs/ablations.md.")
+        if name == "train_source":
+            note.append("Held-out KL: each head's on the held-out rows of its own training source, so the ratio "
+                        "compares a head with KL(B‖A) on its own data, not the heads with each other; the decoding "
+                        "columns share prompts and compare.")
         if skipped:
             note.append(f"Not run (head not trained in the time this run had): {', '.join(skipped)}.")
         if claim:
