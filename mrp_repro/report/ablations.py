@@ -503,7 +503,10 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
     for i, v in enumerate(kl):
         axs[0].text(i, 0 if math.isnan(v) else v, "n/a" if math.isnan(v) else f"{v:.2f}", ha="center",
                     va="bottom", fontsize=8)  # fmt: skip
-    axs[0].set_title("held-out KL(B‖A+C) / KL(B‖A), step 1")
+    kl_title = {"objective": "held-out KL ratio, step 1\n(residual: KL(B‖A+C), direct: KL(B‖C); over KL(B‖A))",
+                "train_source": "held-out KL(B‖A+C) / KL(B‖A), step 1\n(each on its own source's rows: not "
+                "comparable across heads)"}.get(str(table["ablation"].iloc[0]), "held-out KL(B‖A+C) / KL(B‖A), step 1")
+    axs[0].set_title(kl_title, fontsize=10)
     axs[0].legend(fontsize=8, loc="lower right")
     fams = [(p, f) for f, p in FAMILY_PREFIX.items() if f"{p}tpf_share_k{Ks[0]}" in table]
     panels = [(axs[1], [(f"{p}tpf_share_k{K}", f"K={K} {f}") for p, f in fams for K in Ks],
@@ -541,6 +544,16 @@ def plot_axis(table: pd.DataFrame, paper: str = "", verdict: str = "", Ks: Seque
 
 
 # ----------------------------------------------------------------------------- driver
+
+
+def _head_seed_kl_spread(figs) -> str:
+    """'min-max' of the held-out KL ratio over head seeds in <figs>/variance.csv (make variance), or ''."""
+    path = Path(figs) / "variance.csv"
+    if not path.exists():
+        return ""
+    t = pd.read_csv(path)
+    r = t[(t["headline"] == "heldout_kl_ratio") & (t["seed_kind"] == "head seeds")]
+    return f"{r['seed_min'].iloc[0]:.3f}-{r['seed_max'].iloc[0]:.3f} ({r['seeds'].iloc[0]})" if len(r) else ""
 
 
 def _trained(P, bb) -> bool:
@@ -636,6 +649,11 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         note.append(f"{n} prompts per task (evaluation.n_prompts{' overridden' if n_prompts is not None else ''}); "
                     f"speculative decoding families {', '.join(f'`{f}`' for f in families)} (upstream_tpf_share_*: "
                     "the released code's, over the same oracle); remasking rule tau. Columns: docs/ablations.md.")
+        spread = _head_seed_kl_spread(figs)
+        if name in ("depth", "objective") and spread:
+            note.append(f"One head per variant (the profile's seed). Over head seeds the same KL ratio of the "
+                        f"profile's own head spans {spread} (variance.md): a difference inside that span holds on "
+                        "this seed without being shown robust.")
         if name == "train_source":
             note.append("Held-out KL: each head's on the held-out rows of its own training source, so the ratio "
                         "compares a head with KL(B‖A) on its own data, not the heads with each other; the decoding "

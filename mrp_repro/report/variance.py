@@ -395,8 +395,9 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     per_seed.to_csv(figs / "variance_seeds.csv", index=False)
     across = claims_across_seeds(reports, P.seed)
     tables.save_table(across, figs, "variance_claims", note=(
-        f"Each claim's verdict on every seed (the same check as claims.md, on that seed's decodes; {n} prompts per "
-        "task), judged across seeds by variance.robust_verdict: robust only when measured on at least two seeds and "
+        f"Each claim's verdict on every seed (the same checks as claims.md, on that seed's decodes: {n} prompts per "
+        "task, speculative at the decoding batch size where claims.md reads the batch-1 grid), judged across seeds "
+        "by variance.robust_verdict: robust only when measured on at least two seeds and "
         "holding (or holding in direction) on every one; the verdict is the weakest. Only the claims a seed run "
         "measures (variance.SEED_CLAIMS)."))
     if (figs / "claims.csv").exists():  # claims.md gains its across-seeds column now, not at the next reproduce
