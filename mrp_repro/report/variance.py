@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
+from mrp_repro.report import verdicts
 
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
            "seed_results", "SEED_CLAIMS", "ALL_SEEDS", "CLAIM_COLUMNS", "claims_across_seeds",
@@ -66,7 +67,7 @@ COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
 SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
 HEAD, BACKBONE = "head seeds", "backbone seeds"
 #: the seed_kind of variance_claims' rows judged over every seed run: the published one, then both kinds' others
-ALL_SEEDS = "all seeds"
+ALL_SEEDS = verdicts.ALL_SEEDS
 #: the claims judged on every seed (variance_claims.*, and claims.md's across-seeds column): each reads only what a
 #: seed run measures (static, dynamic(τ), remask(τ, tau), speculative(3, mrp) at the decoding batch size, the head's
 #: curve, adjacent steps at distance 1). The rest read grids a seed does not decode (lookahead, direct, matched

@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "VERDICTS", "Outcome", "Context", "na", "missing",
-           "fmt", "fmt_ci", "direction", "sized", "with_across_seeds", "report_markdown", "write_report"]  # fmt: skip
+           "fmt", "fmt_ci", "direction", "sized", "ALL_SEEDS", "with_across_seeds", "report_markdown",
+           "write_report"]  # fmt: skip
 
 HOLDS = "holds"
 DIRECTION = "holds in direction; size not compared"
@@ -26,6 +27,8 @@ NOT_SHOWN = "not shown"
 NOT = "does not hold"
 NA = "not measured"
 VERDICTS = (HOLDS, DIRECTION, SHORT, NOT_SHOWN, NOT, NA)
+#: variance_claims' seed_kind of the rows judged over every seed run (report.variance); claims.md shows those
+ALL_SEEDS = "all seeds"
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,6 @@ def _cells(*xs) -> str:
 def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.DataFrame:
     """report with `verdict_across_seeds` and `robust` from variance_claims' all-seeds rows (report.variance;
     `make variance`), matched on (id, scope); blank where a claim is not judged across seeds or it has not run."""
-    from mrp_repro.report.variance import ALL_SEEDS
-
     out = report.drop(columns=["verdict_across_seeds", "robust"], errors="ignore").copy()
     out["verdict_across_seeds"], out["robust"] = "", ""
     if across is None:
