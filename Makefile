@@ -28,7 +28,7 @@ help:
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/; 25 min measured on tiny) and compares (docs/published.md)"
 	@echo "make gpu-check   setup, then the GPU check (kernels, bf16 verify, engine at SDAR-4B shapes; <= 8 min) into figures/gpu_check-<device>/"
-	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: 11 heads on tiny, ~75 min measured on 2 shared"
+	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: 12 heads on tiny, ~85 min measured on 2 shared"
 	@echo "                 cores; resumable) and notebook 10: figures/$(PROFILE)/ablation_*"
 	@echo "make variance    setup, then head and backbone seeds 0 1 2 on PROFILE (seed 0: the published run; opt-in: ~46 min"
 	@echo "                 measured on tiny, most of it 2 backbones; resumable): figures/$(PROFILE)/variance*"
