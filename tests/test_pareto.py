@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from runs_helpers import synthetic_runs
 
@@ -84,3 +85,16 @@ def test_plot_has_a_panel_per_benchmark_and_axis():
     t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0)
     fig = pareto.plot_matched_speed(t)
     assert len(fig.axes) == 4 and {a.get_xlabel() for a in fig.axes} == set(pareto.AXES.values())
+
+
+def test_plot_draws_each_delta_of_one_rule_as_its_own_series():
+    """Upstream's δ sweep shares one rule: each δ is a line of its own τ points, never one line through all."""
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    rem = t[t["mode"] == "remask"]
+    rem = rem[rem["rule"] == rem["rule"].iloc[0]]  # one rule, swept over δ below
+    sweep = pd.concat([rem.assign(setting=rem["setting"].str.replace(")", f",{d})"), rule="delta") for d in (1, 2)])
+    fig = pareto.plot_matched_speed(pd.concat([t[t["mode"] != "remask"], sweep]))
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines() if ln.get_label().startswith("remask")]
+    assert len(labels) == 2 and len(set(labels)) == 2  # one line per δ
+    n_tau = rem.loc[rem["axis"] == "tpf", "threshold"].nunique()
+    assert all(len(ln.get_xdata()) == n_tau for ln in fig.axes[0].get_lines() if ln.get_label().startswith("remask"))

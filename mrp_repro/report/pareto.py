@@ -180,9 +180,13 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     axes_names = [a for a in AXES if a in set(table["axis"])]
     fig, axes = plt.subplots(len(benches), len(axes_names), figsize=(5.2 * len(axes_names), 3.8 * len(benches)),
                              squeeze=False)  # fmt: skip
-    rules = sorted(set(table.loc[table["mode"] == "remask", "rule"]))
+    # one series per remask setting with its τ taken out: a rule, or (upstream) a rule at one δ of the sweep
+    rem = table[table["mode"] == "remask"]
+    series_of = rem["setting"].str.replace(r"\([0-9.]+,?", "(", regex=True)  # "upstream_remask(0.3,2)" -> "...(2)"
+    keys = sorted(set(zip(rem["rule"], series_of, strict=True)))
+    shared = {r for r, _ in keys if sum(k == r for k, _ in keys) > 1}  # rules with several series (δ sweep)
     cmap = plt.get_cmap("tab10")
-    colors = {r: cmap(i + 1) for i, r in enumerate(rules)}
+    colors = {k: cmap((i + 1) % 10) for i, k in enumerate(keys)}
     for bi, bench in enumerate(benches):
         for ai, axis in enumerate(axes_names):
             ax = axes[bi][ai]
@@ -195,10 +199,13 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             for _, r in fr.iterrows():
                 lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
                 ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
-            for rule in rules:
-                g = t[(t["mode"] == "remask") & (t["rule"] == rule)].sort_values("threshold")
-                ax.plot(g["speed"], g["accuracy"], "-s", color=colors[rule], ms=4, lw=1, alpha=0.85,
-                        label=f"remask, rule {rule} (τ points)")  # fmt: skip
+            tr = t[t["mode"] == "remask"]
+            t_series = tr["setting"].str.replace(r"\([0-9.]+,?", "(", regex=True)
+            for rule, series in keys:
+                g = tr[(tr["rule"] == rule) & (t_series == series)].sort_values("threshold")
+                what = f"{rule}, {series}" if rule in shared else rule
+                ax.plot(g["speed"], g["accuracy"], "-s", color=colors[rule, series], ms=4, lw=1, alpha=0.85,
+                        label=f"remask, rule {what} (τ points)")  # fmt: skip
             d = t[t["mode"] == "direct"].sort_values("K")
             ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label="direct(K)")
             for _, r in d.iterrows():
