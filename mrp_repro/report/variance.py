@@ -237,14 +237,15 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
     return {"runs": runs, "adjacent": adj, "metrics": metrics, "head_dir": hdir, "values": values}
 
 
-def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None) -> dict[str, pd.DataFrame]:
+def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None,
+                 run: dict | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
     """One seed's result frames under the notebooks' names (report.paper.RESULTS: backbone_runs, backbone,
     remasking_runs, mrp_curve), from its cached runs (seed_run; computed if missing), so that a claim can be
     checked on every seed: claims.check_claims(claims.tables_from_results(seed_results(P, kind, s))), then
     robust_verdict over the seeds' verdicts of each claim."""
     from mrp_repro.report import paper
 
-    r = seed_run(P, kind, s, n_prompts, bb=bb)
+    r = run if run is not None else seed_run(P, kind, s, n_prompts, bb=bb)  # run: that seed_run, already loaded
     runs, ev = r["runs"], P.evaluation
     return {"backbone_runs": runs[runs["mode"].isin(["static", "dynamic"])].reset_index(drop=True),
             "backbone": paper.backbone_table(runs, ev.bootstrap_samples, ev.ci),
@@ -378,8 +379,8 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             ts = time.perf_counter()
             r = seed_run(P, kind, s, n_prompts, threads, progress, bb=bb if kind == HEAD else None)
             rows += [{"seed_kind": kind, "seed": s, **v} for v in r["values"]]
-            found = claims.tables_from_results(seed_results(P, kind, s, n_prompts, bb=bb if kind == HEAD else None),
-                                               n_boot=ev.bootstrap_samples, ci=ev.ci)  # fmt: skip
+            found = claims.tables_from_results(seed_results(P, kind, s, run=r), n_boot=ev.bootstrap_samples,
+                                               ci=ev.ci)  # fmt: skip
             reports[(kind, s)] = claims.check_claims(found, numeric=claims.is_numeric_profile(P),
                                                      paper_model=P.paper.model, n_boot=ev.bootstrap_samples, ci=ev.ci)
             timing.append((kind, s, time.perf_counter() - ts))
