@@ -611,6 +611,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         raise ValueError("ablations: families must include `ours` (direct and remasking decode in it)")
     base_runs = _decode(P, bb, None, "baseline", "ours", Ks, taus, n, benches)
     figs = tables.out_dir(out if out is not None else P)
+    spread = _head_seed_kl_spread(figs)  # make variance's span of the KL ratio, printed under depth and objective
     tabs, claims, timing, all_runs, family_runs = {}, [], [], {}, {}
     for name in names:
         ax = all_axes[name]
@@ -649,7 +650,6 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
         note.append(f"{n} prompts per task (evaluation.n_prompts{' overridden' if n_prompts is not None else ''}); "
                     f"speculative decoding families {', '.join(f'`{f}`' for f in families)} (upstream_tpf_share_*: "
                     "the released code's, over the same oracle); remasking rule tau. Columns: docs/ablations.md.")
-        spread = _head_seed_kl_spread(figs)
         if name in ("depth", "objective") and spread:
             note.append(f"One head per variant (the profile's seed). Over head seeds the same KL ratio of the "
                         f"profile's own head spans {spread} (variance.md): a difference inside that span holds on "
