@@ -10,7 +10,9 @@ A YAML file may start with `extends: <profile>`; its sections are then merged
 key by key over that profile's. The loaded tree is fully resolved, so the hash
 never depends on how a profile was written. Every field is type-checked against
 its annotation; unknown keys, missing keys and wrong types raise ConfigError
-naming the field. This module does not import torch.
+naming the field. Every number carries its allowed range (`_in`, field metadata) and is checked in one place,
+`_check_ranges`: `backbone_training.steps: -5` is refused as `backbone_training.steps: -5 is out of range,
+allowed >= 1`. This module does not import torch.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import types
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -71,6 +74,44 @@ def configs_dir() -> Path:
     return repo_root() / "configs"
 
 
+# ----------------------------------------------------------------------------- ranges
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: lo/hi bounds (None: unbounded), each closed unless *_open; always finite."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def admits(self, v: float) -> bool:
+        if not math.isfinite(v):  # nan and inf: a NaN lr or an infinite interval is never meant
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        return not (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
+
+    def __str__(self) -> str:
+        lo, hi = (f"{x:g}" if isinstance(x, float) else x for x in (self.lo, self.hi))
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {lo}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {hi}"
+        return "finite"
+
+
+def _in(lo=None, hi=None, *, lo_open=False, hi_open=False, default: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field whose value (each item of a list; null passes) must lie in the range; see _check_ranges."""
+    return field(default=default, metadata={"range": Range(lo, hi, lo_open, hi_open)})
+
+
+SEED_MAX = 2**32 - 1  # numpy's seed range
+
+
 # ----------------------------------------------------------------------------- schema
 
 TaskSource = Literal["gt", "gt-multi", "self"]
@@ -87,16 +128,16 @@ class ModelConfig:
     revision: str | None = None  # hub revision; pin a commit sha when known
     local_dir: str | None = None  # a directory with config.json + *.safetensors
     # Architecture. For hub/local sources null means "read from config.json".
-    vocab_size: int | None = None  # scratch: null = the tiny tokenizer's size
-    hidden_size: int | None = None
-    intermediate_size: int | None = None
-    num_layers: int | None = None
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    rope_theta: float | None = None
-    rms_norm_eps: float | None = None
-    max_position_embeddings: int | None = None
+    vocab_size: int | None = _in(2, default=None)  # scratch: null = the tiny tokenizer's size
+    hidden_size: int | None = _in(1, default=None)
+    intermediate_size: int | None = _in(1, default=None)
+    num_layers: int | None = _in(1, default=None)
+    num_heads: int | None = _in(1, default=None)
+    num_kv_heads: int | None = _in(1, default=None)
+    head_dim: int | None = _in(2, default=None)  # even: rotary embeddings rotate its two halves
+    rope_theta: float | None = _in(0, lo_open=True, default=None)
+    rms_norm_eps: float | None = _in(0, lo_open=True, default=None)
+    max_position_embeddings: int | None = _in(1, default=None)
 
 
 @dataclass(frozen=True)
@@ -108,72 +149,73 @@ class TokenizerConfig:
 @dataclass(frozen=True)
 class DataConfig:
     tasks: tuple[str, ...]
-    n_train: int
-    n_eval: int | None  # null: the whole split
-    seed: int
+    n_train: int = _in(1)
+    n_eval: int | None = _in(1)  # null: the whole split
+    seed: int = _in(0, SEED_MAX)
     data_dir: str | None = None  # null -> $MRP_REPRO_DATA -> datasets / hub
 
 
 @dataclass(frozen=True)
 class BackboneTrainingConfig:
-    """Only used when model.source == "scratch"."""
+    """Only used (and range-checked) when model.source == "scratch"."""
 
-    steps: int
-    batch_size: int
-    seq_len: int
-    lr: float
-    warmup_steps: int
-    min_lr_ratio: float
-    weight_decay: float
-    ckpt_every: int
-    num_threads: int | None = None  # null: torch's default
+    steps: int = _in(1)
+    batch_size: int = _in(1)
+    seq_len: int = _in(2)  # next-token targets need two positions
+    lr: float = _in(0, lo_open=True)
+    warmup_steps: int = _in(0)
+    min_lr_ratio: float = _in(0, 1)
+    weight_decay: float = _in(0)
+    ckpt_every: int = _in(1)
+    num_threads: int | None = _in(1, default=None)  # null: torch's default
 
 
 @dataclass(frozen=True)
 class TrajectoriesConfig:
     sources: tuple[TaskSource, ...]
-    n_prompts: int
-    shard_size: int
-    chain_steps: int  # reveals recorded per block state (K-step heads train on up to this many)
+    n_prompts: int = _in(1)
+    shard_size: int = _in(1)
+    chain_steps: int = _in(1)  # reveals recorded per block state (K-step heads train on up to this many)
 
 
 @dataclass(frozen=True)
 class MRPConfig:
-    num_layers: int
+    num_layers: int = _in(1)
     objective: Literal["residual", "direct"]
-    k_steps: int
+    k_steps: int = _in(1)
     init: Literal["normal", "structured", "zero-out"]
-    init_std: float
+    init_std: float = _in(0)
     train_source: TaskSource | tuple[TaskSource, ...]  # one source, or a mix of several
     pretrained: str | None = None  # hub id of a released head (heavyball/sdar-*-mrp-3lyr)
 
 
 @dataclass(frozen=True)
 class MRPTrainingConfig:
-    steps: int  # optimiser steps (online with `epochs` set: replaced by the epoch's step count)
-    batch_size: int  # the global batch: offline trajectory rows, online packed sequences per optimiser step
-    lr: float
-    warmup_frac: float
-    min_lr_ratio: float
-    ckpt_every: int
-    heldout_frac: float
+    steps: int = _in(1)  # optimiser steps (online with `epochs` set: replaced by the epoch's step count)
+    batch_size: int = _in(1)  # the global batch: offline trajectory rows, online packed sequences per optimiser step
+    lr: float = _in(0, lo_open=True)
+    warmup_frac: float = _in(0, 1, hi_open=True)
+    min_lr_ratio: float = _in(0, 1)
+    ckpt_every: int = _in(1)
+    heldout_frac: float = _in(0, 1, hi_open=True)
     # Which trainer: `offline` (training/mrp.py: collected trajectories) or `online` (training/online.py: the
     # paper's recipe, noising packed chat SFT sequences and running the frozen backbone inside each step).
     # The keys below have defaults (= the paper's sizes) and are read by the online recipe only.
     recipe: Literal["offline", "online"] = "offline"
-    seq_len: int = 4096  # packed sequence length (a multiple of block_size); paper 4096
-    micro_batch_size: int = 1  # sequences per forward; batch_size / micro_batch_size accumulation steps
+    seq_len: int = _in(1, default=4096)  # packed sequence length (a multiple of block_size); paper 4096
+    micro_batch_size: int = _in(1, default=1)  # sequences per forward; batch_size / micro_batch_size accumulation steps
     grad_checkpointing: bool = False  # recompute the head's layers in backward (pays at seq 4096, 3 layers)
-    epochs: float | None = None  # set: steps = ceil(epochs * packed train sequences / batch_size)
+    # set: steps = ceil(epochs * packed train sequences / batch_size)
+    epochs: float | None = _in(0, lo_open=True, default=None)
     # Chat SFT data: a hub dataset id (upstream JunxiongWang/sftdatasetv3), a local directory of
     # *.jsonl / *.parquet files, or `gsm8k` (the GSM8K train split); see tasks/sft.py for the fields.
     sft_source: str = "JunxiongWang/sftdatasetv3"
     sft_split: str = "train"
-    max_samples: int | None = None  # null: every sample of the source
+    max_samples: int | None = _in(1, default=None)  # null: every sample of the source
     # Ours (issue 14, offline recipe only): + weight * cross-entropy of the backbone's own next pick over the
     # block's masked slots, scored by their log-confidence under A + C (training/mrp.py mrp_loss):
     # what decides whether a speculative draft is accepted. 0: the paper's plain KL.
-    pick_loss_weight: float = 0.0
+    pick_loss_weight: float = _in(0, default=0.0)
     # With mrp.pretrained set, nothing is trained: notebook 04 shows the released head and measures its held-out
     # KL (stages.released_heldout). True also trains a head of ours with this recipe beside it (stages.train_head;
     # on an SDAR profile that is the paper's full online run). Not part of the head's cache key (stages.head_dir).
@@ -182,14 +224,14 @@ class MRPTrainingConfig:
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    max_new_tokens: int
-    batch_size: int
-    thresholds: tuple[float, ...]
-    lookahead_k: tuple[int, ...]
-    speculative_k: tuple[int, ...]
+    max_new_tokens: int = _in(1)
+    batch_size: int = _in(1)
+    thresholds: tuple[float, ...] = _in(0, 1, lo_open=True, hi_open=True)
+    lookahead_k: tuple[int, ...] = _in(1)
+    speculative_k: tuple[int, ...] = _in(1)
     remask_rules: tuple[RemaskRule, ...]
-    remask_delta: float
-    remask_logp_delta: float
+    remask_delta: float = _in(0)
+    remask_logp_delta: float = _in(0)
     # The decoding families a run decodes (runs column `algorithm`), for the modes both have (static,
     # speculative): `ours` (decoding.engine / mrp_modes: the head sees the earlier blocks as it was trained, the
     # verify skipped when nothing is left to check, per-row accounting) and `upstream` (decoding.upstream: the
@@ -202,7 +244,7 @@ class DecodingConfig:
     # on its own h_C (their published speculative sweep); `sum` = A + s*C accumulated in logit space (their
     # logits_sum), s = upstream_sum_scale (1.0; their -k2 sweeps: 2.0, a scale that only `sum` reads).
     upstream_draft_logits: DraftLogits
-    upstream_sum_scale: float
+    upstream_sum_scale: float = _in(0, lo_open=True)
     # Ours (issue 14): write a finished block into the KV cache inside the next block's first forward, one
     # forward less per block in every mode, static included (RowStats.fused_commits; upstream commits apart).
     fuse_commit: bool = False
@@ -216,18 +258,18 @@ class DecodingConfig:
     # The released code's residual remasking (decoding.upstream_remask.UpstreamRemask, the upstream family): its
     # veto thresholds delta (|C[p, token]| > delta), each at every remasking tau, beside UpstreamDynamic(tau), its
     # baseline. Their default delta is 1.0, their published sweep {0.5, 1, 2, 4} (SDAR-4B / 8B runs: 2.0).
-    upstream_remask_deltas: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    upstream_remask_deltas: tuple[float, ...] = _in(0, lo_open=True, default=(0.5, 1.0, 2.0, 4.0))
 
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    n_prompts: int | None  # null: every prompt of each benchmark
-    bootstrap_samples: int
-    ci: float
+    n_prompts: int | None = _in(1)  # null: every prompt of each benchmark
+    bootstrap_samples: int = _in(1)
+    ci: float = _in(0, 1, lo_open=True, hi_open=True)
     benchmarks: tuple[str, ...]
     # Torch threads for decoding/evaluation on CPU (null: torch's default). Tiny models decode faster
     # on one thread: the ops are too small to split, and a second busy process makes OpenMP spin.
-    num_threads: int | None = None
+    num_threads: int | None = _in(1, default=None)
 
 
 #: the models the paper reports, as its tables write them
@@ -264,8 +306,8 @@ SECTIONS: dict[str, type] = {
 @dataclass(frozen=True)
 class Profile:
     name: str
-    seed: int
-    block_size: int
+    seed: int = _in(0, SEED_MAX)
+    block_size: int = _in(1)
     model: ModelConfig
     tokenizer: TokenizerConfig
     data: DataConfig
@@ -411,15 +453,48 @@ def _build_dataclass(cls: type, raw: Any, where: str) -> Any:
     return cls(**kwargs)
 
 
+#: a profile's name is one directory under the runs root: one path component, never `.`/`..`, no leading dot
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _range_failures(obj: Any, where: str) -> list[str]:
+    """`key: value is out of range, allowed <range>` for every field of `obj` outside its declared range."""
+    out = []
+    for f in fields(obj):
+        rng, value = f.metadata.get("range"), getattr(obj, f.name)
+        key = f"{where}.{f.name}" if where else f.name
+        if rng is None or value is None:
+            continue
+        items = value if isinstance(value, tuple) else (value,)
+        bad = [v for v in items if not rng.admits(v)]
+        if bad:
+            many = isinstance(value, tuple)
+            shown = f"{list(value)} (item {bad[0]!r})" if many else repr(value)
+            out.append(f"{key}: {shown} is out of range, allowed {'each ' if many else ''}{rng}")
+    return out
+
+
+def _check_ranges(p: Profile) -> None:
+    """The one place numbers are range-checked (declared with `_in` on each field); the first failure is raised."""
+    failures = _range_failures(p, "")
+    for section in SECTIONS:
+        if section == "backbone_training" and p.model.source != "scratch":
+            continue  # unused for a loaded backbone (the SDAR profiles write steps: 0 there)
+        failures += _range_failures(getattr(p, section), section)
+    if failures:
+        raise ConfigError(f"profile {p.name!r}: {failures[0]}")
+
+
 def _check_values(p: Profile) -> None:
-    """Cross-field checks the annotations cannot express."""
+    """Range checks, then cross-field checks the annotations cannot express."""
 
     def need(cond: bool, msg: str) -> None:
         if not cond:
             raise ConfigError(f"profile {p.name!r}: {msg}")
 
-    need(re.fullmatch(r"[A-Za-z0-9._-]+", p.name) is not None, f"name {p.name!r} must be [A-Za-z0-9._-]+")
-    need(p.block_size > 0, "block_size must be > 0")
+    need(NAME_RE.fullmatch(p.name) is not None and p.name not in (".", ".."),
+         f"name {p.name!r} must be one path component: a letter or digit, then up to 99 of [A-Za-z0-9._-]")  # fmt: skip
+    _check_ranges(p)
     m = p.model
     if m.source == "hub":
         need(bool(m.hub_id), "model.source 'hub' needs model.hub_id")
@@ -438,37 +513,29 @@ def _check_values(p: Profile) -> None:
         ):
             need(getattr(m, k) is not None, f"model.source 'scratch' needs model.{k}")
         need(m.num_heads % m.num_kv_heads == 0, "model.num_heads must be a multiple of model.num_kv_heads")
+        need(m.head_dim % 2 == 0, f"model.head_dim ({m.head_dim}) must be even: rotary embeddings rotate its halves")
         need(p.tokenizer.kind == "tiny", "a scratch model uses tokenizer.kind 'tiny'")
-    need(p.mrp.num_layers >= 1 and p.mrp.k_steps >= 1, "mrp.num_layers and mrp.k_steps must be >= 1")
     train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
     need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
     need(  # the online recipe draws its own chains of any length
         p.mrp_training.recipe == "online" or 1 <= p.mrp.k_steps <= p.trajectories.chain_steps,
         f"mrp.k_steps ({p.mrp.k_steps}) needs trajectories.chain_steps >= k_steps ({p.trajectories.chain_steps})",
     )
-    need(0.0 <= p.mrp_training.heldout_frac < 1.0, "mrp_training.heldout_frac must be in [0, 1)")
-    need(0.0 <= p.mrp_training.warmup_frac < 1.0, "mrp_training.warmup_frac must be in [0, 1)")
     tc = p.mrp_training
-    need(tc.micro_batch_size >= 1, "mrp_training.micro_batch_size must be >= 1")
     need(
         tc.batch_size % tc.micro_batch_size == 0,
         f"mrp_training.batch_size ({tc.batch_size}) must be a multiple of micro_batch_size ({tc.micro_batch_size})",
     )
     need(
-        tc.seq_len > 0 and tc.seq_len % p.block_size == 0,
+        tc.seq_len % p.block_size == 0,
         f"mrp_training.seq_len ({tc.seq_len}) must be a positive multiple of block_size ({p.block_size})",
     )
-    need(tc.epochs is None or tc.epochs > 0, "mrp_training.epochs must be > 0 (or null: use steps)")
-    need(0.0 < p.evaluation.ci < 1.0, "evaluation.ci must be in (0, 1)")
-    need(all(0.0 < t < 1.0 for t in p.decoding.thresholds), "decoding.thresholds must lie in (0, 1)")
     d = p.decoding
     need(len(d.algorithms) >= 1 and len(set(d.algorithms)) == len(d.algorithms),
          f"decoding.algorithms must list ours and/or upstream once each, got {list(d.algorithms)}")  # fmt: skip
-    need(d.upstream_sum_scale > 0, "decoding.upstream_sum_scale must be > 0")
     need(d.upstream_draft_logits == "sum" or d.upstream_sum_scale == 1.0,
          f"decoding.upstream_sum_scale ({d.upstream_sum_scale}) scales only upstream_draft_logits: sum; "
          "set it to 1.0 or choose sum")  # fmt: skip
-    need(all(x > 0 for x in d.upstream_remask_deltas), "decoding.upstream_remask_deltas must be > 0")
     need(
         p.decoding.max_new_tokens % p.block_size == 0,
         "decoding.max_new_tokens must be a multiple of block_size",
@@ -529,7 +596,13 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if path in chain:
         raise ConfigError(f"circular 'extends': {' -> '.join(str(p) for p in (*chain, path))}")
     with open(path) as fh:
-        raw = yaml.load(fh, Loader=_Loader)
+        try:
+            raw = yaml.load(fh, Loader=_Loader)
+        except yaml.YAMLError as e:  # one line: where, and what the parser expected (not its 50-line traceback)
+            mark = getattr(e, "problem_mark", None)
+            at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+            what = " ".join(str(getattr(e, "problem", None) or e).split())
+            raise ConfigError(f"{path}: not valid YAML at {at}{what}; fix the file there") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {_got(raw)}")
     parent = raw.pop("extends", None)

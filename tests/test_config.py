@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import yaml
@@ -158,3 +159,112 @@ def test_decoding_algorithms_and_upstream_draft_settings():
     for bad, match in bad_values:
         with pytest.raises(ConfigError, match=match):
             a.replace(bad)
+
+
+# ----------------------------------------------------------------------------- ranges (issue 29, finding 7)
+
+
+def _numeric_fields():
+    """(dotted key, field) of every int/float setting of the tree (optional and list ones included)."""
+    import typing
+
+    from mrp_repro.config import SECTIONS
+
+    def numeric(tp):  # int, float, or an optional / list of one
+        return tp in (int, float) or any(numeric(a) for a in typing.get_args(tp))
+
+    out = []
+    for where, cls in [("", Profile), *SECTIONS.items()]:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in SECTIONS and numeric(hints[f.name]):
+                out.append((f"{where}.{f.name}" if where else f.name, f, hints[f.name]))
+    return out
+
+
+def _bad_value(f, tp):
+    rng = f.metadata["range"]
+    step = 1 if "int" in str(tp) else 1e-3
+    if rng.lo is not None:
+        v = rng.lo if rng.lo_open else rng.lo - step
+    else:
+        v = rng.hi if rng.hi_open else rng.hi + step
+    return [v] if "tuple" in str(tp) else v
+
+
+def test_every_numeric_setting_declares_a_range():
+    keys = _numeric_fields()
+    assert len(keys) > 40  # the walk found the tree
+    missing = [k for k, f, _ in keys if "range" not in f.metadata]
+    assert missing == []
+
+
+@pytest.mark.parametrize("key,f,tp", _numeric_fields(), ids=[k for k, _, _ in _numeric_fields()])
+def test_each_numeric_setting_out_of_range_is_refused_naming_it(key, f, tp):
+    """One value just outside the declared range, and NaN for a float, on tiny (a scratch model: every section is
+    used); the one-line error names the key and its allowed range."""
+    tiny = load_profile("tiny")
+    bad = [_bad_value(f, tp)]
+    if "float" in str(tp):
+        bad.append([float("nan")] if "tuple" in str(tp) else float("nan"))
+    for value in bad:
+        with pytest.raises(ConfigError) as e:
+            tiny.replace({key: value})
+        msg = str(e.value)
+        assert "\n" not in msg and f"{key}:" in msg and str(f.metadata["range"]) in msg, msg
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ({"backbone_training.steps": -5}, "backbone_training.steps: -5 is out of range, allowed >= 1"),
+        ({"mrp_training.steps": 0}, "mrp_training.steps: 0 is out of range, allowed >= 1"),
+        ({"model.hidden_size": 0}, "model.hidden_size: 0 is out of range, allowed >= 1"),
+        ({"model.num_kv_heads": 0}, "model.num_kv_heads: 0 is out of range, allowed >= 1"),  # was ZeroDivisionError
+        ({"mrp_training.lr": float("nan")}, "mrp_training.lr: nan is out of range, allowed > 0"),
+        ({"backbone_training.ckpt_every": 0}, "backbone_training.ckpt_every: 0 is out of range, allowed >= 1"),
+        ({"mrp_training.ckpt_every": 0}, "mrp_training.ckpt_every: 0 is out of range, allowed >= 1"),
+        ({"decoding.thresholds": [0.5, 1.0]}, "decoding.thresholds: [0.5, 1.0] (item 1.0) is out of range"),
+        ({"model.head_dim": 23}, "model.head_dim (23) must be even"),
+    ],
+)
+def test_the_reported_bad_settings_are_refused(override, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_profile("tiny").replace(override)
+
+
+def test_every_profile_is_in_range():
+    for name in list_profiles():
+        load_profile(name)  # raises on a shipped value outside its range
+
+
+def test_a_loaded_backbone_skips_the_unused_backbone_training_ranges():
+    """The SDAR profiles load their backbone and write backbone_training.steps: 0; tiny trains one and may not."""
+    assert load_profile("sdar-1.7b").backbone_training.steps == 0
+    with pytest.raises(ConfigError, match="backbone_training.steps"):
+        load_profile("tiny").replace({"backbone_training.steps": 0})
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "-x", "a/b", "a" * 101, ""])
+def test_name_is_one_safe_path_component(tmp_path, name):
+    raw = load_profile("smoke").to_dict()
+    raw["name"] = name
+    with pytest.raises(ConfigError, match="one path component"):
+        load_profile(str(_write(tmp_path, raw)))
+    raw["name"] = "my-run_2.b"
+    assert load_profile(str(_write(tmp_path, raw))).name == "my-run_2.b"
+
+
+def test_yaml_syntax_error_is_one_line_naming_the_line_and_fixing_it_there_works(tmp_path):
+    path = tmp_path / "broken.yaml"
+    lines = ["extends: smoke", "name: broken", "mrp_training:", "  steps: [3", "seed: 2"]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_profile(str(path))
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg and "not valid YAML" in msg, msg
+    line = int(re.search(r"line (\d+)", msg).group(1))
+    assert line in (4, 5)  # the flow list opened on line 4 is found unclosed at line 5
+    lines[3] = "  steps: 3"  # the advice: fix the file there
+    path.write_text("\n".join(lines) + "\n")
+    assert load_profile(str(path)).mrp_training.steps == 3
