@@ -118,6 +118,7 @@ TaskSource = Literal["gt", "gt-multi", "self"]
 RemaskRule = Literal["tau", "delta", "loo", "sequential", "logp-delta"]
 Algorithm = Literal["ours", "upstream"]
 DraftLogits = Literal["none", "sum"]
+VerifyPath = Literal["exact", "fold", "loop", "packed", "checked"]  # = model.VERIFY_PATHS (tests/test_verify.py)
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,11 @@ class DecodingConfig:
     # veto thresholds delta (|C[p, token]| > delta), each at every remasking tau, beside UpstreamDynamic(tau), its
     # baseline. Their default delta is 1.0, their published sweep {0.5, 1, 2, 4} (SDAR-4B / 8B runs: 2.0).
     upstream_remask_deltas: tuple[float, ...] = _in(0, lo_open=True, default=(0.5, 1.0, 2.0, 4.0))
+    # How a speculative verify scores its candidates (both families; model.VERIFY_PATHS). `exact`: `fold` on CPU (the
+    # candidates folded into the batch: one backbone call, bitwise forward_block's), `checked` elsewhere (fold
+    # wherever a first call per shape shows it bitwise, else `loop`: one forward_block per candidate); `packed`:
+    # one call, other rounding (not lossless in bf16). measure.cost counts the calls (verify_passes).
+    verify: VerifyPath = "exact"
 
 
 @dataclass(frozen=True)

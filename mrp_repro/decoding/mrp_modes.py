@@ -12,9 +12,10 @@
   backbone's static pick on C(k) is exactly it; with j accepted the state becomes C(j) and the
   verify logits of C(j) seed the next round. A candidate with no mask left is not forwarded (its
   logits are never needed), so K = 1 costs exactly Static(1)'s forwards. The default verify
-  ("exact": candidates folded into the batch on CPU, one block forward each elsewhere) gives
-  logits bitwise equal to forward_block on the same state, so the output is token-identical to
-  Static(1) in bf16 too; verify="packed" (block-diagonal packing along the sequence) does not.
+  ("exact", decoding.verify: the candidates folded into the batch of one backbone call on CPU; off CPU
+  "checked", the same fold wherever a first call per shape is bitwise the block forwards, else one
+  block forward each) gives logits bitwise equal to forward_block on the same state, so the output is
+  token-identical to Static(1) in bf16 too; verify="packed" (block-diagonal packing along the sequence) does not.
 - `Direct(steps, head)` (§4, lossy): per backbone forward, reveal the static pick, then `steps`
   more tokens from the head's chained corrected logits, unverified.
 - `NaiveLookahead(K)`: K reveals per forward from one set of uncorrected logits (= Static(K)).

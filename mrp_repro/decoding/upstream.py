@@ -171,8 +171,8 @@ def _set(state: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor, valid: torch
 
 class UpstreamSpeculative(UpstreamPolicy):
     """Their `_generate_spec` with K = mrp_steps (see the module docstring). verify: how the K + 1
-    candidates are computed (model.VERIFY_PATHS; "exact": each as a block forward, bitwise; theirs is one
-    packed forward, our "packed")."""
+    candidates are computed (model.VERIFY_PATHS, decoding.verify; "exact": bitwise each one's block forward, in
+    one folded backbone call where that is bitwise, else one call each; theirs is one packed forward, our "packed")."""
 
     def __init__(self, K: int, head, draft_logits: str = "none", sum_scale: float = 1.0, verify: str = "exact"):
         if K < 1:

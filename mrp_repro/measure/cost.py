@@ -13,8 +13,11 @@ quantities, named so: report.shapes times random weights of candidate shapes (be
 head breakdown times the head step *with* the draft pick (step_forwards), and stages.train_head records a
 training-time head_cost_ratio in the head's metrics.json (a provenance record, quoted by no table).
 
-verify_cost[K] = packed K-candidate forward / one forward, head_cost = one head step (+ lm_head) / one
-forward, both measured at the decoding batch size. predicted speedup = static forwards / (forwards - rounds +
+verify_cost[K] = one verify of K candidates by the run's verify path (decoding.verify, model.VERIFY_PATHS: "exact"
+is "fold" on CPU, "checked" elsewhere, i.e. the K candidates folded into the batch of ONE backbone call wherever
+that call is bitwise K block forwards, else K calls) / one forward; verify_passes[K] = the backbone calls that
+verify makes, counted (1 for fold, checked-and-bitwise and packed; K for loop); head_cost = one head step
+(+ lm_head) / one forward; all measured at the decoding batch size. predicted speedup = static forwards / (forwards - rounds +
 rounds * verify_cost + head calls * head_cost), per prompt, counting block seeds and commits (head cost 0
 for the naive and oracle drafters); beside the measured speedup, the difference is per-round overhead
 outside the model (Python, sampling, bookkeeping). stages.train_head records head_cost_ratio in the head's metrics.json.
@@ -29,8 +32,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mrp_repro.model import resolve_verify
+
 __all__ = ["cost_model", "run_cost_model", "head_cost_ratio", "with_cost_model", "cost_note", "COST_REPEATS",
-           "COST_CONTEXT_BLOCKS"]  # fmt: skip
+           "COST_CONTEXT_BLOCKS", "verify_passes"]  # fmt: skip
 
 #: the run's cost model: interleaved repeats (medians) and context blocks in the caches (run_cost_model)
 COST_REPEATS = 10
@@ -59,10 +64,24 @@ def _interleaved(fns: dict, dev, repeats: int) -> dict:
     return {k: (float(np.median(v)), float(np.median(np.asarray(v) / base))) for k, v in ts.items()}
 
 
+def verify_passes(model, fn) -> int:
+    """The backbone calls (SDARModel.forward, counted by a hook) that fn() makes."""
+    n = [0]
+    hook = model.register_forward_pre_hook(lambda *_: n.__setitem__(0, n[0] + 1))
+    try:
+        fn()
+    finally:
+        hook.remove()
+    return n[0]
+
+
 @torch.no_grad()
-def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4, repeats: int = 5) -> dict:
-    """Measured wall-time ratios to one forward_block at `batch` rows: verify_cost[K], head_cost (each the
-    median over `repeats` rounds that time the forward, every verify and the head step in turn)."""
+def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4, repeats: int = 5,
+               verify: str = "exact") -> dict:  # fmt: skip
+    """Measured wall-time ratios to one forward_block at `batch` rows: verify_cost[K] (by the `verify` path),
+    head_cost (each the median over `repeats` rounds that time the forward, every verify and the head step in
+    turn), and verify_passes[K], the backbone calls one verify makes (counted after the warm-up, which runs
+    "checked"'s one-time check)."""
     dev = model.lm_head.weight.device
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -77,14 +96,16 @@ def cost_model(model, head, batch: int, block: int, Ks, context_blocks: int = 4,
     fns = {"forward": lambda: model.forward_block(ids, pos, cache)}
     for K in Ks:
         cand = ids[:, None].expand(batch, K, block).contiguous()
-        fns[K] = lambda c=cand: model.forward_candidates(c, pos, cache)
+        fns[K] = lambda c=cand: model.forward_candidates(c, pos, cache, verify=verify)
     if head is not None:
         hcache = head.new_cache(batch, C)
         head.commit(out.hidden, ctx, cpos, model.embed_tokens, hcache, key_valid=kv, block_size=block)
         h = model.forward_block(ids, pos, cache).hidden
         fns["head"] = lambda: model.lm_head(head.step(h, ids, pos, model.embed_tokens, hcache))
     t = _interleaved(fns, dev, repeats)
-    return {"t_forward_s": t["forward"][0], "verify_cost": {K: t[K][1] for K in Ks},
+    passes = {K: verify_passes(model, fns[K]) for K in Ks}
+    return {"t_forward_s": t["forward"][0], "verify_cost": {K: t[K][1] for K in Ks}, "verify_passes": passes,
+            "verify": resolve_verify(verify, dev),
             "head_cost": t["head"][1] if head is not None else math.nan, "batch": batch, "repeats": repeats,
             "context_blocks": context_blocks}  # fmt: skip
 
@@ -101,17 +122,23 @@ def run_cost_model(profile, backbone, head, batch: int = 1, Ks=None) -> dict:
     from mrp_repro.trajectories import model_fingerprint
 
     Ks = sorted({int(k) for k in (Ks if Ks is not None else profile.decoding.speculative_k)})
+    verify = getattr(profile.decoding, "verify", "exact")
     key = {"backbone": model_fingerprint(backbone.model), "head": model_fingerprint(head) if head is not None else None}
+    if verify != "exact":  # the default keeps the stored files of runs before decoding.verify existed
+        key["verify"] = verify
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     path = artifact_dir(profile, "cost", digest) / f"cost_model-b{batch}.json"
     if path.exists():
         rec = json.loads(path.read_text())
         if rec.get("key") == key and set(Ks) <= {int(k) for k in rec["verify_cost"]}:
             rec["verify_cost"] = {int(k): v for k, v in rec["verify_cost"].items() if int(k) in Ks}
+            if "verify_passes" in rec:
+                rec["verify_passes"] = {int(k): v for k, v in rec["verify_passes"].items() if int(k) in Ks}
             rec["source"] = str(path)
             return rec
-    cm = cost_model(backbone.model, head, batch, backbone.block_size, Ks, COST_CONTEXT_BLOCKS, COST_REPEATS)
-    write_json_atomic(path, {**cm, "verify_cost": {str(k): v for k, v in cm["verify_cost"].items()}, "key": key})
+    cm = cost_model(backbone.model, head, batch, backbone.block_size, Ks, COST_CONTEXT_BLOCKS, COST_REPEATS, verify)
+    write_json_atomic(path, {**cm, "verify_cost": {str(k): v for k, v in cm["verify_cost"].items()},
+                             "verify_passes": {str(k): v for k, v in cm["verify_passes"].items()}, "key": key})
     return {**cm, "key": key, "source": str(path)}
 
 
@@ -148,7 +175,9 @@ def with_cost_model(df: pd.DataFrame, cm: dict) -> pd.DataFrame:
 def cost_note(cm: dict) -> str:
     """One line under a table: which measurement (batch, repeats, the stored file), the measured ratios and the
     predicted-speedup formula."""
-    vc = ", ".join(f"K={k}: {v:.2f}" for k, v in cm["verify_cost"].items())
+    vp = cm.get("verify_passes", {})
+    vc = ", ".join(f"K={k}: {v:.2f}" + (f" ({vp[k]} backbone call{'s' * (vp[k] != 1)})" if k in vp else "")
+                   for k, v in cm["verify_cost"].items())  # fmt: skip
     where = f"the run's cost model ({cm['source'].rsplit('/', 1)[-1]})" if cm.get("source") else "Cost model"
     how = (f"batch {cm['batch']}, {cm['context_blocks']} context blocks of random token ids (no prompts), median of "
            f"{cm['repeats']} interleaved repeats; " if "batch" in cm else "")  # fmt: skip

@@ -98,13 +98,14 @@ def settings_for(profile, head, modes: Sequence[str] = MODES) -> list[tuple[str,
     out += [("dynamic", Dynamic(t)) for t in (remask_taus if head is not None else d.thresholds)]
     if "ours" in d.algorithms:
         drafters = [dr for dr in DRAFTERS if dr != "mrp" or head is not None]
-        out += [("speculative", Speculative(K, dr, head=head)) for K in d.speculative_k for dr in drafters]
+        out += [("speculative", Speculative(K, dr, head=head, verify=d.verify)) for K in d.speculative_k
+                for dr in drafters]  # fmt: skip
     upstream = "upstream" in d.algorithms and head is not None
     if upstream and {"speculative", "dynamic", "remask"} & set(modes):
         # their static is the reference of their other settings (identical_to_static), decoded with them
         out += [("static", UpstreamStatic())]
     if upstream and "speculative" in modes:
-        out += [("speculative", UpstreamSpeculative(K, head, d.upstream_draft_logits, d.upstream_sum_scale))
+        out += [("speculative", UpstreamSpeculative(K, head, d.upstream_draft_logits, d.upstream_sum_scale, d.verify))
                 for K in d.speculative_k]  # fmt: skip
     if head is not None:  # direct steps 1/2 (the direct table) and every lookahead K (the lookahead table)
         out += [("direct", Direct(s, head=head)) for s in sorted({1, 2, *d.lookahead_k})]
