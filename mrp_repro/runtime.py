@@ -104,6 +104,26 @@ def pick_device(requested: str | torch.device | None = None) -> torch.device:
     _log_once(f"device: {device} ({reason})")
     return device
 
+def is_gpu_profile(profile: Profile) -> bool:
+    """A profile declares where it runs in its description ("GPU: ...", "GPU, ~1 GPU-hour: ..." for sdar-*, "CPU:
+    ..." for sdar-mini / tiny), inherited through `extends` unless it writes its own."""
+    return profile.description.lstrip().upper().startswith("GPU")
+
+
+def require_device(profile: Profile, device: torch.device) -> None:
+    """A GPU profile on CPU (a torch without CUDA, or no GPU) is refused, in one line, unless MRP_REPRO_DEVICE=cpu
+    asks for it: a silent CPU run of SDAR-4B takes days and looks like a hang."""
+    if device.type != "cpu" or not is_gpu_profile(profile):
+        return
+    if os.environ.get("MRP_REPRO_DEVICE", "").strip() == "cpu":
+        return
+    from mrp_repro.errors import UserError
+
+    why = "torch has no CUDA build here" if torch.version.cuda is None else "no CUDA device is visible"
+    raise UserError(f"profile {profile.name} is a GPU profile and would run on CPU ({why}, torch {torch.__version__});"
+                    " run it on a CUDA machine with a CUDA torch, or set MRP_REPRO_DEVICE=cpu to run it on CPU anyway")
+
+
 
 def pick_dtype(device: str | torch.device, requested: str | torch.dtype = "auto") -> torch.dtype:
     """The compute dtype: $MRP_REPRO_DTYPE, else `requested`; "auto": bf16 on CUDA if supported, fp32 else."""

@@ -45,7 +45,7 @@ from mrp_repro.config import Profile, repo_root
 from mrp_repro.errors import UserError
 from mrp_repro.model import SDARModel
 from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, load_head
-from mrp_repro.runtime import FROM_SCRATCH_ENV, artifact_dir, pick_device, pick_dtype, set_num_threads
+from mrp_repro.runtime import FROM_SCRATCH_ENV, artifact_dir, pick_device, pick_dtype, require_device, set_num_threads
 from mrp_repro.tokenizer import load_tokenizer
 from mrp_repro.training.common import BACKBONE_COMMAND, HEAD_COMMAND
 from mrp_repro.training.mrp import train_mrp, train_sources
@@ -112,6 +112,7 @@ def backbone(
     model/ is rewritten from the last training checkpoint); hub and local profiles load a hub-format checkpoint
     and its tokenizer."""
     dev = pick_device(device)
+    require_device(profile, dev)  # a GPU profile never falls back to CPU silently
     dt = pick_dtype(dev, dtype if dtype is not None else profile.model.dtype)
     src = profile.model.source
     pub = published.backbone_dir(profile) if src == "scratch" else None

