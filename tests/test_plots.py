@@ -102,9 +102,9 @@ def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path
         ["static"] + [f"K={k}" for k in SPEC_K] + ["upstream static"] + [f"upstream K={k}" for k in SPEC_K])
     assert {ln.get_label() for ln in _lines(right)} == {f"{b} {p}K={k}" for b in BENCHES for p in ("", "upstream ")
                                                          for k in SPEC_K}  # fmt: skip
-    fig = plots.plot_speedup(paper.speculative_table(both, n_boot=10))
-    assert set(_legend(fig.axes[0])) == {"paper (SDAR-8B)"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
-                                                              for k in SPEC_K}  # fmt: skip
+    fig = plots.plot_speedup(plots.at_batch(paper.speculative_table(both, n_boot=10), both))
+    assert set(_fig_legend(fig)) == {"paper (SDAR-8B)"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
+                                                           for k in SPEC_K}  # fmt: skip
 
 
 def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
@@ -131,16 +131,21 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     _save(fig, tmp_path, "speculative")
 
 
+def _fig_legend(fig):
+    (leg,) = fig.legends
+    return [t.get_text() for t in leg.get_texts()]
+
+
 def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
-    spec = paper.speculative_table(both, n_boot=10)
+    spec = plots.at_batch(paper.speculative_table(both, n_boot=10), both)
     spec_all_k = spec.assign(paper_throughput_speedup=1.4)  # even a table with a paper value beside every row
-    fig = plots.plot_speedup(spec_all_k, paper.direct_table(runs, n_boot=10))
-    ax = fig.axes[0]
+    fig = plots.plot_speedup(spec_all_k, plots.at_batch(paper.direct_table(runs, n_boot=10), runs))
+    (ax,) = fig.axes
     bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
     want = [f"{p}speculative K={k}" for p in ("", "upstream ") for k in SPEC_K] + ["direct step1", "direct step2"]
     assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
-    assert sorted(_legend(ax)) == sorted(want + ["paper (SDAR-8B)"])
+    assert sorted(_fig_legend(fig)) == sorted(want + ["paper (SDAR-8B)"])
     assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
     marks = [c for c in ax.collections if c.get_label().startswith("paper") or c.get_label().startswith("_")]
     xs = np.concatenate([c.get_offsets()[:, 0] for c in marks if len(c.get_offsets())])
@@ -152,8 +157,32 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):
-        d = paper.direct_table(runs, n_boot=0).assign(paper_model="SDAR-4B")
+        d = paper.direct_table(runs, n_boot=0).assign(paper_model="SDAR-4B", batch_size=32)
         plots.plot_speedup(spec, d)
+    with pytest.raises(KeyError, match="at_batch"):  # a table that does not say its batch size
+        plots.plot_speedup(spec.drop(columns="batch_size"))
+
+
+def test_speedup_figure_one_batch_size_per_panel(tmp_path):
+    """Speculative at batch 1 and at batch 32 and direct at batch 32: two panels, no panel mixes batch sizes."""
+    one = synthetic_runs(n=N, batch_size=1)
+    many = synthetic_runs(n=N, batch_size=32)
+    spec = pd.concat([plots.at_batch(paper.speculative_table(r, n_boot=10), r) for r in (one, many)])
+    fig = plots.plot_speedup(spec, plots.at_batch(paper.direct_table(many, n_boot=10), many))
+    assert [ax.get_title().split(" (")[0] for ax in fig.axes] == ["batch 1", "batch 32"]
+    series = [{c.get_label() for c in ax.containers if hasattr(c, "patches")} for ax in fig.axes]
+    assert series[0] == {f"speculative K={k}" for k in SPEC_K}
+    assert series[1] == {f"speculative K={k}" for k in SPEC_K} | {"direct step1", "direct step2"}
+    for ax, r in zip(fig.axes, (one, many), strict=True):  # each bar is its own batch size's speedup
+        t = paper.speculative_table(r, n_boot=0)
+        k3 = next(c for c in ax.containers if c.get_label() == "speculative K=3")
+        ticks = [x.get_text() for x in ax.get_xticklabels()]
+        want = t[t["K"] == 3].set_index("benchmark").reindex(ticks)["throughput_speedup"]
+        assert np.allclose([p.get_height() for p in k3.patches], want)
+    assert all(n > 0 for n in plots.legend_points(fig).values())
+    with pytest.raises(ValueError, match="batch sizes"):
+        plots.at_batch(paper.speculative_table(one, n_boot=0), pd.concat([one, many]))
+    _save(fig, tmp_path, "speedup_panels")
 
 
 def test_adjacent_figure_one_subset_median(tmp_path):
@@ -220,9 +249,14 @@ def test_remasking_figure_every_rule_baseline_visible_paper_and_tpf(tmp_path, ru
         assert all(base.get_linewidth() > 1.5 * r.get_linewidth() and base.get_zorder() < r.get_zorder() for r in rules)
         colors = [matplotlib.colors.to_hex(ln.get_color()) for ln in [base, *rules]]
         assert len(set(colors)) == len(colors)
-        if has_paper:  # the paper's numbers, at the τ the paper ran only
-            p = t[(t["benchmark"] == b) & t["paper_baseline_accuracy"].notna()].drop_duplicates("threshold")
-            assert sorted(lines[paper_series[0]].get_xdata()) == sorted(p["threshold"])
+        if has_paper:  # the paper's numbers at every τ the paper ran (0.6 and 0.8 too, which we do not run)
+            ref = paper.load("remasking")
+            ref = ref[(ref["model"] == "SDAR-8B") & (ref["benchmark"] == paper.BENCHMARK_MAP[b])]
+            for name, col in zip(paper_series, ("baseline_accuracy", "mrp_remask_accuracy"), strict=True):
+                ln = lines[name]
+                assert sorted(ln.get_xdata()) == sorted(ref["threshold"]) and {0.6, 0.8} <= set(ln.get_xdata())
+                got = dict(zip(ln.get_xdata(), ln.get_ydata(), strict=True))
+                assert all(np.isclose(got[x], y) for x, y in zip(ref["threshold"], ref[col], strict=True))
         assert ax.get_legend() is None
     for ax, b in zip(tpf_axes, benches, strict=True):  # TPF per series from the runs
         lines = ax.get_lines()
@@ -301,3 +335,72 @@ def test_training_curve_and_trajectory(tmp_path):
     assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(str(5 + s) for s in range(8))
     _save(fig, tmp_path, "trajectory")
     _save(plots.plot_trajectory([]), tmp_path, "trajectory_empty")
+
+
+def _every_figure(runs):
+    """Every figure the package draws (report.plots and report.pareto), from synthetic frames, by name."""
+    from mrp_repro.report import pareto
+
+    both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
+    spec = plots.at_batch(paper.speculative_table(both, n_boot=10), both)
+    curve = pd.DataFrame({"step": [0, 5, 10], "train_loss": [1.0, 0.5, 0.3], "heldout_kl": [1.0, 0.6, 0.4],
+                          "heldout_uncorrected_kl": 1.0})  # fmt: skip
+    trace = [{"row": 0, "block": 1, "step": s, "kind": k, "pos": 8 + s, "token": 5 + s}
+             for s in range(4) for k in ("reveal", "revoke")]  # fmt: skip
+    kernels = pd.DataFrame([dict(op="confidence", n=n, vocab=64, dtype="bfloat16", device="cpu", impl="torch",
+                                 time_ms=0.1 * n, bytes_read=1000 * n, gbps=1.0, note="") for n in (4, 16)])  # fmt: skip
+    adj = synthetic_adjacent()
+    matched = pareto.matched_speed_table(both, n_boot=10)
+    return {
+        "adjacent": lambda: plots.plot_adjacent(adj),
+        "remasking": lambda: plots.plot_remasking(paper.remasking_table(both, rule=None, algorithm=None, n_boot=10),
+                                                  both),
+        "lookahead": lambda: plots.plot_lookahead(paper.lookahead_table(runs, n_boot=10)),  # declared SDAR-8B
+        "speculative": lambda: plots.plot_speculative(both),
+        "speedup": lambda: plots.plot_speedup(spec, plots.at_batch(paper.direct_table(runs, n_boot=10), runs)),
+        "training_curve": lambda: plots.plot_training_curve(curve),
+        "trajectory": lambda: plots.plot_trajectory(trace),
+        "kernels": lambda: plots.plot_kernels(kernels),
+        **{f"matched_speed_{a}": (lambda a=a: pareto.plot_matched_speed(matched, a)) for a in ("ours", "upstream")},
+    }
+
+
+def test_every_legend_entry_draws_a_finite_point(runs):
+    """Walk each figure's legends: every entry's artists (lines, scatters, errorbars, bars) draw a finite point.
+    The remasking figure of before drew its paper remasking series from the first row per τ (the delta rule,
+    whose paper column is blank): a legend entry with no point, which this fails."""
+    for name, draw in _every_figure(runs).items():
+        fig = draw()
+        points = plots.legend_points(fig)
+        assert points, f"{name}: no legend"
+        empty = [label for label, n in points.items() if n == 0]
+        assert not empty, f"{name}: legend entries that draw no finite point: {empty}"
+        matplotlib.pyplot.close(fig)
+    # and the walker itself sees an entry that draws nothing (all-NaN errorbar, line, scatter, empty bars)
+    fig, ax = matplotlib.pyplot.subplots()
+    ax.errorbar([1, 2], [np.nan, np.nan], yerr=[1, 1], label="errorbar")
+    ax.plot([1], [np.nan], label="line")
+    ax.scatter([np.nan], [1], label="scatter")
+    ax.bar([1], [np.nan], label="bars")
+    ax.plot([1, 2], [3, 4], label="drawn")
+    ax.legend()
+    assert plots.legend_points(fig) == {"errorbar": 0, "line": 0, "scatter": 0, "bars": 0, "drawn": 2}
+    matplotlib.pyplot.close(fig)
+
+
+def test_lookahead_figure_draws_the_papers_sdar4b_values_under_the_declared_sdar8b(runs):
+    look = paper.lookahead_table(runs, n_boot=10)  # declared SDAR-8B: its paper_accuracy column is blank
+    assert look["paper_accuracy"].isna().all()
+    fig = plots.plot_lookahead(look)
+    ref = paper.load("lookahead")
+    for ax in fig.axes:
+        lines = {ln.get_label(): ln for ln in _lines(ax)}
+        want = {"naive MTP (SDAR-4B, paper)": "naive_mtp", "MRP (SDAR-4B, paper)": "mrp"}
+        if ax.get_title() != "synth-math":  # the paper's lookahead table is GSM8K only
+            assert not set(want) & set(lines)
+            continue
+        for label, method in want.items():
+            r = ref[(ref["method"] == method) & (ref["benchmark"] == "gsm8k")].sort_values("lookahead_k")
+            assert list(lines[label].get_xdata()) == list(r["lookahead_k"])
+            assert np.allclose(lines[label].get_ydata(), r["accuracy"])
+    matplotlib.pyplot.close(fig)

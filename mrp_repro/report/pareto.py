@@ -207,7 +207,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
                 ax.plot(g["speed"], g["accuracy"], "-s", color=colors[rule, series], ms=4, lw=1, alpha=0.85,
                         label=f"remask, rule {what} (τ points)")  # fmt: skip
             d = t[t["mode"] == "direct"].sort_values("K")
-            ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label="direct(K)")
+            if len(d):  # a family without direct mode (upstream) names no direct(K) series
+                ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label="direct(K)")
             for _, r in d.iterrows():
                 ax.annotate(f"K={int(r['K'])}", (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip

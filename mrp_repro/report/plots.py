@@ -26,7 +26,7 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = [
     "set_theme", "save_figure", "plot_adjacent", "plot_remasking", "plot_lookahead", "plot_speculative",
-    "plot_speedup", "plot_training_curve", "plot_trajectory", "plot_kernels",
+    "plot_speedup", "at_batch", "plot_training_curve", "plot_trajectory", "plot_kernels", "legend_points",
 ]  # fmt: skip
 
 PALETTE = "colorblind"
@@ -148,6 +148,24 @@ def _series_label(algo: str, rule: str, delta) -> str:
     return f"MRP remask, rule {rule} (ours)" if algo == "ours" else f"MRP remask, δ veto δ={delta:g} (upstream)"
 
 
+def _paper_benchmark(g: pd.DataFrame) -> str:
+    """The paper's benchmark of our rows `g` (their paper_benchmark column, else report.paper.BENCHMARK_MAP)."""
+    from mrp_repro.report.paper import BENCHMARK_MAP
+
+    if "paper_benchmark" in g and g["paper_benchmark"].notna().any():
+        return str(g["paper_benchmark"].dropna().iloc[0])
+    return BENCHMARK_MAP.get(str(g["benchmark"].iloc[0]), "")
+
+
+def _paper_remasking(paper_model: str, g: pd.DataFrame) -> pd.DataFrame:
+    """The paper's remasking rows of `paper_model` on the paper benchmark of our rows `g`, by τ."""
+    from mrp_repro.report.paper import load
+
+    t = load("remasking")
+    t = t[(t["model"] == paper_model) & (t["benchmark"] == _paper_benchmark(g))]
+    return t.dropna(subset=["baseline_accuracy", "mrp_remask_accuracy"]).sort_values("threshold")
+
+
 def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
     """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, thick, under the rest), one MRP
     remasking series per rule (its own colour, marker and line style), and the paper's two series for the run's
@@ -199,12 +217,13 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
             ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
                         color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
                         label=_series_label(algo, rule, d))  # fmt: skip
-        ours_base = g[g["algorithm"] == algos[0]].drop_duplicates("threshold").sort_values("threshold")
-        p = ours_base[ours_base["paper_baseline_accuracy"].notna()]
+        # the paper's series from its own table, at every τ it ran (0.5-0.9, whether or not we ran that τ): the
+        # table's paper columns sit beside our rows only, and are blank beside our rules the paper did not run
+        p = _paper_remasking(paper_model, g)
         if len(p):
-            ax.plot(p["threshold"], p["paper_baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
+            ax.plot(p["threshold"], p["baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
                     label=f"dynamic, no remasking ({paper_model}, paper)")  # fmt: skip
-            ax.plot(p["threshold"], p["paper_mrp_remask_accuracy"], color="0.45", ls="--", marker="o",
+            ax.plot(p["threshold"], p["mrp_remask_accuracy"], color="0.45", ls="--", marker="o",
                     label=f"MRP remask ({paper_model}, paper: its τ rule or the released δ veto)")  # fmt: skip
         ax.set_title(f"{b} (paper: {g['paper_benchmark'].iloc[0]})" if "paper_benchmark" in g else b)
         ax.set_ylabel(LABELS["accuracy"])
@@ -238,9 +257,12 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
 
 
 def plot_lookahead(table: pd.DataFrame):
-    """Accuracy vs lookahead K per benchmark, naive MTP vs MRP (ours with CI, solid; the paper's dashed); each
+    """Accuracy vs lookahead K per benchmark, naive MTP vs MRP (ours with CI, solid; the paper's dashed, of the
+    model that reports them, SDAR-4B, whatever the declared paper model); each
     of our points is labelled with the TPF it reaches, so equal-TPF K (e.g. K = 3 and 4 at block 8, TPF 4.0)
     are visible as such."""
+    from mrp_repro.report.paper import load
+
     what = "plot_lookahead"
     _need(table, ["benchmark", "method", "lookahead_k", "accuracy", "accuracy_lo", "accuracy_hi", "tpf",
                   "paper_accuracy", "paper_model"], what)  # fmt: skip
@@ -260,9 +282,14 @@ def plot_lookahead(table: pd.DataFrame):
             for k, a, t in zip(h["lookahead_k"], h["accuracy"], h["tpf"], strict=True):
                 ax.annotate(f"TPF {t:.1f}", (k, a), xytext=(4, 4 if method == "mrp" else -10),
                             textcoords="offset points", fontsize=7, color=colors[method])  # fmt: skip
-            if h["paper_accuracy"].notna().any():
-                ax.plot(h["lookahead_k"], h["paper_accuracy"], ls="--", marker="x", color=colors[method],
-                        alpha=0.7, label=f"{label} ({h['paper_model'].iloc[0]}, paper)")  # fmt: skip
+            # the paper's values for this benchmark, of whichever model reports them (its lookahead table is
+            # SDAR-4B GSM8K only: joined on the declared model, SDAR-8B, they would never show)
+            ref = load("lookahead")
+            ref = ref[(ref["benchmark"] == _paper_benchmark(h)) & (ref["method"] == method)]
+            for model, r in ref.groupby("model", sort=False):
+                r = r.sort_values("lookahead_k")
+                ax.plot(r["lookahead_k"], r["accuracy"], ls="--", marker="x", color=colors[method], alpha=0.7,
+                        label=f"{label} ({model}, paper)")  # fmt: skip
         ax.set_title(b)
         ax.set_xlabel(LABELS["lookahead_k"])
         ax.set_ylabel(LABELS["accuracy"])
@@ -358,12 +385,25 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     return fig
 
 
+def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """`table` with the column batch_size of the runs it was built from (one batch size, else a ValueError):
+    what plot_speedup splits its panels by."""
+    sizes = sorted({int(b) for b in runs["batch_size"]})
+    if len(sizes) != 1:
+        raise ValueError(f"at_batch: the runs hold batch sizes {sizes}; build one table per batch size")
+    return table.assign(batch_size=sizes[0])
+
+
 def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
-    """Wall-clock speedup over static per benchmark: one bar series per speculative K and per direct step
-    (ours with CI), the paper's number as a black diamond on each bar it stands beside."""
+    """Wall-clock speedup over static per benchmark, one panel per batch size (a speedup at batch 1 and one at
+    batch 32 are different measurements and never share an axis): one bar series per speculative K and per direct
+    step (ours with CI), the paper's number as a black diamond on each bar it stands beside. Each table carries
+    the batch size of its runs in column batch_size (plots.at_batch); a table may hold several."""
     what = "plot_speedup"
-    cols = ["benchmark", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
+    cols = ["benchmark", "batch_size", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup", "paper_model"]  # fmt: skip
+    if "batch_size" not in speculative or (direct is not None and "batch_size" not in direct):
+        raise KeyError(f"{what}: a table without column batch_size; tag it with plots.at_batch(table, runs)")
     _need(speculative, cols + ["K"], what)
     from mrp_repro.report.paper import PAPER_SPECULATIVE_K
 
@@ -378,30 +418,37 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
         d = direct[direct["setting"] != "baseline"]
         parts.append(d.assign(series=[f"direct {s.replace('mrp_', '')}" for s in d["setting"]]))
     df = pd.concat(parts, ignore_index=True)
-    _unique(df, ["series", "benchmark"], what)
+    _unique(df, ["batch_size", "series", "benchmark"], what)
     models = sorted(set(df.loc[df["paper_throughput_speedup"].notna(), "paper_model"]))
     if len(models) > 1:
         raise ValueError(f"{what}: paper values of {models}; a run compares with one paper model")
     set_theme()
+    sizes = sorted({int(b) for b in df["batch_size"]})
     series = list(dict.fromkeys(df["series"]))
+    colors = dict(zip(series, _colors(len(series)), strict=True))  # a series keeps its colour across panels
     benches = list(dict.fromkeys(df["benchmark"]))
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(benches) * len(series)), 3.6))
-    width = 0.8 / len(series)
-    for i, (s, c) in enumerate(zip(series, _colors(len(series)), strict=True)):
-        g = df[df["series"] == s].set_index("benchmark").reindex(benches)
-        x = np.arange(len(benches)) + (i - (len(series) - 1) / 2) * width
-        ax.bar(x, g["throughput_speedup"], width, color=c, label=s, yerr=_yerr(g, "throughput_speedup"), capsize=3)
-        has = g["paper_throughput_speedup"].notna().to_numpy()
-        if has.any():
-            first = not any(c.get_label().startswith("paper") for c in ax.collections)
-            ax.scatter(x[has], g["paper_throughput_speedup"].to_numpy()[has], marker="D", color="black", zorder=3,
-                       s=22, label=f"paper ({models[0]})" if first else None)  # fmt: skip
-    ax.axhline(1.0, color="0.4", lw=1, ls=":")
-    ax.set_xticks(np.arange(len(benches)), benches)
-    ax.set_ylabel(LABELS["throughput_speedup"])
-    ax.set_title(f"speedup per benchmark (paper, ◆: upstream speculative K = {PAPER_SPECULATIVE_K} and direct steps)")
-    ax.legend(frameon=False, fontsize=8, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+    per = [list(dict.fromkeys(df.loc[df["batch_size"] == b, "series"])) for b in sizes]
+    widths = [max(4.5, 1.1 * len(benches) * len(s)) for s in per]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(sum(widths), 3.8), squeeze=False, sharey=True,
+                             gridspec_kw={"width_ratios": widths})  # fmt: skip
+    for ax, bs, names in zip(axes[0], sizes, per, strict=True):
+        width = 0.8 / len(names)
+        for i, s in enumerate(names):
+            g = df[(df["series"] == s) & (df["batch_size"] == bs)].set_index("benchmark").reindex(benches)
+            x = np.arange(len(benches)) + (i - (len(names) - 1) / 2) * width
+            ax.bar(x, g["throughput_speedup"], width, color=colors[s], label=s, yerr=_yerr(g, "throughput_speedup"),
+                   capsize=3)  # fmt: skip
+            has = g["paper_throughput_speedup"].notna().to_numpy()
+            if has.any():
+                ax.scatter(x[has], g["paper_throughput_speedup"].to_numpy()[has], marker="D", color="black", zorder=3,
+                           s=22, label=f"paper ({models[0]})")  # fmt: skip
+        ax.axhline(1.0, color="0.4", lw=1, ls=":")
+        ax.set_xticks(np.arange(len(benches)), benches)
+        ax.set_title(f"batch {bs} ({'one prompt at a time' if bs == 1 else f'{bs} prompts per batch'})", fontsize=10)
+    axes[0][0].set_ylabel(LABELS["throughput_speedup"])
+    fig.suptitle(f"speedup per benchmark (paper, ◆: upstream speculative K = {PAPER_SPECULATIVE_K} and direct steps)",
+                 fontsize=10)  # fmt: skip
+    _legend_below(fig, axes[0])
     return fig
 
 
@@ -593,3 +640,47 @@ def plot_adjacent_relative(df: pd.DataFrame, subset: str = SUBSET):
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+def _finite_points(artist) -> int:
+    """Finite (x, y) points an artist draws: a line's data, a scatter's offsets, an errorbar's data line, a bar
+    container's bars (finite heights), a patch's extent, a line collection's segments."""
+    from matplotlib.collections import Collection, LineCollection
+    from matplotlib.container import BarContainer, ErrorbarContainer
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    def finite(xy) -> int:
+        a = np.asarray(xy, float).reshape(-1, 2) if np.size(xy) else np.zeros((0, 2))
+        return int(np.isfinite(a).all(axis=1).sum())
+
+    if isinstance(artist, ErrorbarContainer):
+        return _finite_points(artist.lines[0]) if artist.lines[0] is not None else 0
+    if isinstance(artist, BarContainer):
+        return sum(int(np.isfinite(p.get_height()) and np.isfinite(p.get_x())) for p in artist.patches)
+    if isinstance(artist, Line2D):
+        x, y = np.asarray(artist.get_xdata(), float), np.asarray(artist.get_ydata(), float)
+        return int((np.isfinite(x) & np.isfinite(y)).sum()) if x.size == y.size else 0
+    if isinstance(artist, LineCollection):
+        return sum(finite(seg) for seg in artist.get_segments())
+    if isinstance(artist, Collection):
+        return finite(artist.get_offsets())
+    if isinstance(artist, Rectangle):
+        return int(np.isfinite([artist.get_x(), artist.get_y(), artist.get_width(), artist.get_height()]).all())
+    return 0
+
+
+def legend_points(fig) -> dict[str, int]:
+    """Every legend entry of `fig` (each axis' legend and the figure's) -> the finite points drawn, over every axis,
+    by the artists carrying that label: 0 means the legend names a series the figure does not draw."""
+    drawn: dict[str, int] = {}
+    for ax in fig.axes:
+        inside = {id(a) for c in ax.containers for a in c.get_children()}  # counted through their container
+        artists = [*ax.containers, *(a for a in [*ax.lines, *ax.collections, *ax.patches] if id(a) not in inside)]
+        for a in artists:
+            label = a.get_label()
+            if label and not label.startswith("_"):
+                drawn[label] = drawn.get(label, 0) + _finite_points(a)
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    names = [t.get_text() for leg in legends if leg is not None for t in leg.get_texts()]
+    return {n: drawn.get(n, 0) for n in names}
