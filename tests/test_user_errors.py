@@ -82,3 +82,18 @@ def test_read_only_runs_root_is_one_line_and_the_advice_recovers(tmp_path):
     advised = _advised_runs(line.removesuffix(" (run with --debug for the traceback)\n"))
     out, _ = proc.communicate(advised + "\n", timeout=120)  # the advice, as printed
     assert proc.returncode == 0 and out.strip() == str(tmp_path / "mrp-runs" / "smoke" / "backbone-abc"), out
+
+
+
+def test_a_stray_checkpoint_name_is_ignored_not_a_valueerror(tmp_path):
+    """A user's ckpt-200.bak beside ckpt-2/ (int("200.bak") was a ValueError in train_backbone's resume): the resume
+    takes ckpt-2, and only ckpt-<step>/ directories are ever listed (so the cleanup never deletes the user's copy)."""
+    from mrp_repro.training.backbone import _checkpoint_dirs, _latest_checkpoint
+
+    for name in ("ckpt-2", "ckpt-200.bak", "ckpt-10"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "state.pt").write_bytes(b"")
+        (tmp_path / name / "model.safetensors").write_bytes(b"")
+    (tmp_path / "ckpt-30").write_text("a file, not a checkpoint")
+    assert _latest_checkpoint(tmp_path) == tmp_path / "ckpt-10"  # by step, not by name (10 > 2)
+    assert [p.name for p in _checkpoint_dirs(tmp_path)] == ["ckpt-2", "ckpt-10"]

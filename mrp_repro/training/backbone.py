@@ -252,8 +252,14 @@ class TrainData:
 # ----------------------------------------------------------------------------- schedule / state
 
 
+def _checkpoint_dirs(out_dir: Path) -> list[Path]:
+    """ckpt-<step>/ directories by step; any other name (a user's ckpt-200.bak) is neither resumed from nor deleted."""
+    cks = [p for p in out_dir.glob("ckpt-*") if p.name[5:].isdigit() and p.name[5:].isascii() and p.is_dir()]
+    return sorted(cks, key=lambda p: int(p.name[5:]))
+
+
 def _latest_checkpoint(out_dir: Path) -> Path | None:
-    cks = sorted(out_dir.glob("ckpt-*"), key=lambda p: int(p.name.split("-")[1]))
+    cks = _checkpoint_dirs(out_dir)
     cks = [c for c in cks if (c / "state.pt").exists() and (c / "model.safetensors").exists()]
     return cks[-1] if cks else None
 
@@ -275,7 +281,7 @@ def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve) -> Path
     )
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in out_dir.glob("ckpt-*"):  # keep only the newest checkpoint
+    for old in _checkpoint_dirs(out_dir):  # keep only the newest checkpoint
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
