@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from mrp_repro import integrity
 from mrp_repro.errors import UserError
 from mrp_repro.model import ModelConfig, SDARModel
 
@@ -145,18 +147,64 @@ def snapshot_commit(path: str | os.PathLike) -> str | None:
     return p.name if p.parent.name == "snapshots" and hex40 else None
 
 
-def _safetensor_files(ckpt: Path) -> list[Path]:
+def _hub_blob_check(f: Path) -> str | None:
+    """Why a hub-cache snapshot file is not the hub's (None when it is): each is a link to a blob the hub names by
+    its content, sha256 for LFS files (weights), the git sha1 for the rest."""
+    if not f.is_symlink():  # a cache without symlinks (huggingface_hub copies files there): no name to check
+        return None
+    blob = Path(os.readlink(f)).name
+    if len(blob) == 64:
+        got = integrity.sha256(f)
+    elif len(blob) == 40:
+        got = integrity.git_blob_sha1(f)
+    else:
+        return None  # not a content-named blob (another hub layout): nothing to compare with
+    kind = "sha256" if len(blob) == 64 else "git sha1"
+    return None if got == blob else f"{f} has {kind} {got[:16]}..., not its hub blob's name {blob[:16]}... (corrupted)"
+
+
+def checkpoint_files(ckpt: Path, fix: str | None = None) -> list[Path]:
+    """The weight files of a checkpoint directory, read through its manifest, never a glob:
+
+    - a directory with integrity.json (what this package writes: runs/ models and checkpoints, generated ones):
+      exactly the files it lists, each with its sha256; a missing, changed or extra file is an error naming it;
+    - a hub-cache snapshot: every file checked against the content name of its blob (a flipped byte is an error);
+    - any other directory (a published artifact, verified by published.json; a user's local copy): the shards of
+      model.safetensors.index.json, else model.safetensors; another *.safetensors beside them is an error.
+    The weights are the index's shards, else model.safetensors."""
+    ckpt = Path(ckpt)
+    try:
+        listed = integrity.verify_dir(ckpt, fix or f"delete {ckpt} and rerun what wrote it")
+    except integrity.IntegrityError as e:
+        raise CheckpointError(str(e)) from e
     index = ckpt / "model.safetensors.index.json"
     if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as e:
+            raise CheckpointError(f"{index} is unreadable ({type(e).__name__}); {fix or default_fix(index)}") from e
         missing = [s for s in shards if not (ckpt / s).exists()]
         if missing:
             raise CheckpointError(f"{ckpt}: index names shards that are not there: {missing}")
-        return [ckpt / s for s in shards]
-    files = sorted(ckpt.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{ckpt}: no *.safetensors files")
-    return files
+    else:
+        shards = ["model.safetensors"]
+        if not (ckpt / shards[0]).exists():
+            raise CheckpointError(f"{ckpt}: no model.safetensors (nor model.safetensors.index.json); "
+                                  f"{fix or default_fix(ckpt / shards[0])}")  # fmt: skip
+    extra = sorted(f.name for f in ckpt.glob("*.safetensors") if f.name not in shards)
+    if extra:
+        raise CheckpointError(
+            f"{ckpt / extra[0]} is not a file of this checkpoint (neither model.safetensors nor a shard its index "
+            "names); remove it: a checkpoint loads only the files it lists"
+        )
+    if listed is None and snapshot_commit(ckpt) is not None:
+        hub = [ckpt / s for s in shards] + [f for f in ckpt.iterdir() if f.suffix in (".json", ".txt", ".jinja",
+                                                                                        ".model")]  # fmt: skip
+        for f in hub:
+            why = _hub_blob_check(f)
+            if why is not None:
+                raise CheckpointError(f"{why}; {fix or default_fix(f)}")
+    return [ckpt / s for s in shards]
 
 
 def read_safetensors(f: Path, fix: str | None = None) -> dict[str, torch.Tensor]:
@@ -177,9 +225,31 @@ def read_safetensors(f: Path, fix: str | None = None) -> dict[str, torch.Tensor]
 
 def read_state_dict(ckpt: Path, fix: str | None = None) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
-    for f in _safetensor_files(ckpt):
+    for f in checkpoint_files(ckpt, fix):
         tensors.update(read_safetensors(f, fix))
     return tensors
+
+
+def load_state(path: Path, fix: str, map_location=None) -> dict:
+    """A training checkpoint's state (torch.save of tensors and plain types) loaded with weights_only=True: a pickle
+    that would build any other object (and so could run code) is refused, as is a truncated file; one line naming
+    the file and `fix`."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        # torch's message advises weights_only=False, i.e. running the pickle: relay only what it refused
+        refused = [ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln or "global" in ln.split(":")[0]]
+        if refused:
+            raise CheckpointError(
+                f"{path} was refused: it holds an object other than tensors and plain types, which loading would "
+                f"run ({refused[0][:160]}); a training checkpoint never does, so it was replaced or tampered with; "
+                f"{fix}"
+            ) from e
+        raise CheckpointError(f"{path} is truncated or unreadable (not a torch checkpoint); {fix}") from e
+    except Exception as e:  # truncated zip, bad header: torch names neither the file nor a fix
+        raise CheckpointError(
+            f"{path} is truncated or unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]}); {fix}"
+        ) from e
 
 
 @contextlib.contextmanager
@@ -248,10 +318,8 @@ def save_backbone(model: SDARModel, out_dir: str | os.PathLike, extra_config: di
     wmap = hub_weight_map(model.config)
     sd = model.state_dict()
     tensors = {hub: sd[ours].detach().to("cpu").contiguous() for ours, hub in wmap.items()}
-    tmp = out / "model.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / "model.safetensors")
-    tmp_cfg = out / ".config.json.tmp"  # atomic, like the weights: a killed save leaves no half file
-    tmp_cfg.write_text(json.dumps(config_to_hub_json(model.config, extra_config), indent=2))
-    os.replace(tmp_cfg, out / "config.json")
+    with integrity.atomic_file(out / "model.safetensors") as tmp:  # unique temporary names: two writers never clash
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    with integrity.atomic_file(out / "config.json") as tmp:  # a killed save leaves no half file
+        tmp.write_text(json.dumps(config_to_hub_json(model.config, extra_config), indent=2))
     return out

@@ -11,7 +11,8 @@ One record per input: input (backbone, head, sft, heldout, benchmark:<name>), se
 it), source (hub id, directory or file), requested (the revision the profile asks for), commit (the hub commit it
 resolved to; null for a local directory), path, files ({name: sha256}). A hub snapshot's commit is its directory
 name (.../snapshots/<commit>). A hub-cache file links to a blob the hub names by its sha256 (LFS files: weights,
-parquet); other files are hashed here, once per (path, size, mtime): $MRP_REPRO_RUNS/sha256-cache.json.
+parquet): every file is hashed here (and a hub blob checked against its name), once per (path, inode, size, mtime,
+ctime): $MRP_REPRO_RUNS/sha256-cache.json.
 
 Where the profile asks for a moving revision (`main`, or none) the first run prints the commit it resolved to and
 the one-line change that pins it. A run whose inputs differ from those recorded for the same profile hash (`main`
@@ -45,18 +46,26 @@ def _cache_file() -> Path:
 
 
 def file_sha256(f: Path, cache: dict | None = None) -> str:
-    """sha256 of a file: a hub-cache link's blob name when it is one (the hub's LFS sha256), else hashed here
-    (`cache`: {path|size|mtime: sha256}, filled in)."""
+    """sha256 of a file's bytes, always hashed (never a hub blob's name taken for it). `cache` ({key: sha256},
+    filled in; kept in $MRP_REPRO_RUNS/sha256-cache.json across runs) is keyed by the file's resolved path, inode,
+    size, mtime_ns and ctime_ns: a file rewritten in place changes its ctime even when size and mtime are put back,
+    so it is hashed again. A hub-cache link whose blob is named by its sha256 (LFS: weights, parquet) is then
+    checked against that name: a mismatch (a flipped byte in the cache) is a CheckpointError naming the file."""
     f = Path(f)
-    if f.is_symlink() and _HEX64.match(Path(os.readlink(f)).name):
-        return Path(os.readlink(f)).name
-    st = f.stat()
-    key = f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    if cache is not None and key in cache:
-        return cache[key]
-    sha = sha256_file(f)
-    if cache is not None:
-        cache[key] = sha
+    real = f.resolve()
+    st = real.stat()
+    key = f"{real}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}"
+    sha = cache.get(key) if cache is not None else None
+    if sha is None:
+        sha = sha256_file(real)
+        if cache is not None:
+            cache[key] = sha
+    blob = Path(os.readlink(f)).name if f.is_symlink() else None
+    if blob is not None and _HEX64.match(blob) and blob != sha:
+        raise ckpt_io.CheckpointError(
+            f"{f} has sha256 {sha[:16]}..., not its hub blob's name {blob[:16]}... (corrupted in the hub cache); "
+            f"{ckpt_io.default_fix(f)}"
+        )
     return sha
 
 

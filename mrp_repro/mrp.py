@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 
 from mrp_repro.checkpoint import CheckpointError, read_safetensors
 from mrp_repro.errors import UserError
+from mrp_repro.integrity import atomic_file
 from mrp_repro.model import (
     DecoderLayer,
     KVCache,
@@ -169,18 +170,16 @@ def save_head(head: MRPHead, out_dir: str | os.PathLike, extra: dict | None = No
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {PREFIX + k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
-    tmp = out / "mrp.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / "mrp.safetensors")
+    with atomic_file(out / "mrp.safetensors") as tmp:  # a unique temporary name: concurrent writers never clash
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
     meta = {
         "num_mrp_layers": head.num_layers,
         "objective": head.objective,
         "backbone": head.config.to_dict(),
         **(extra or {}),
     }
-    tmp_meta = out / ".mrp_config.json.tmp"
-    tmp_meta.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp_meta, out / "mrp_config.json")
+    with atomic_file(out / "mrp_config.json") as tmp:
+        tmp.write_text(json.dumps(meta, indent=2))
     return out
 
 

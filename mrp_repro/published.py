@@ -164,7 +164,8 @@ def verify_files(name: str, artifact: str, rec: dict | None = None) -> Path:
         f"restore it with `git checkout -- {root}`, republish ({republish_command(name)}), or retrain instead "
         f"({FROM_SCRATCH_ENV}=1, make reproduce FROM_SCRATCH=1)"
     )
-    for rel, want in sorted(rec[artifact]["files"].items()):
+    files = rec[artifact]["files"]
+    for rel, want in sorted(files.items()):
         path = root / rel
         if not path.is_file():
             raise PublishedArtifactError(f"published file {path} is missing; {fix}")
@@ -174,7 +175,18 @@ def verify_files(name: str, artifact: str, rec: dict | None = None) -> Path:
                 f"published file {path} has sha256 {got[:16]}..., not the recorded {want[:16]}... (corrupted or "
                 f"replaced); {fix}"
             )
-    return root / rec[artifact]["dir"]
+    # the record is the manifest: a file it does not list (an extra *.safetensors, tokenizer file) would be loaded
+    # beside the recorded ones (checkpoint and tokenizer loaders read directories), so it is an error too
+    adir = root / rec[artifact]["dir"]
+    extra = [f for f in sorted(adir.rglob("*")) if (f.is_file() or f.is_symlink())
+             and f.relative_to(root).as_posix() not in files]  # fmt: skip
+    if extra:
+        more = f", nor {len(extra) - 1} more" if len(extra) > 1 else ""
+        raise PublishedArtifactError(
+            f"{extra[0]} is not a published file ({MANIFEST} does not list it{more}); remove it (`git clean -n "
+            f"{adir}` lists what git does not track), or republish ({republish_command(name)})"
+        )
+    return adir
 
 
 # ----------------------------------------------------------------------------- use
@@ -221,7 +233,24 @@ def head_dir(profile: Profile, backbone_fingerprint: str) -> Path | None:
     if profile.mrp.pretrained or from_scratch():
         return None
     rec = record(profile.name)
-    if rec is None or "head" not in rec or rec["head"]["backbone_fingerprint"] != backbone_fingerprint:
+    if rec is None or "head" not in rec:
+        return None
+    recorded = rec["head"]["backbone_fingerprint"]
+    if recorded != backbone_fingerprint:
+        # the published backbone applies but the loaded one is not it: its files changed under a matching record
+        # (or were loaded from elsewhere); never fall back to training silently
+        if backbone_dir(profile) is not None:
+            raise PublishedArtifactError(
+                f"artifacts/{profile.name}: the published head was trained on backbone {recorded}, the backbone "
+                f"loaded for profile {profile.name} has fingerprint {backbone_fingerprint} although the published "
+                f"backbone applies; restore artifacts/{profile.name} (`git checkout -- artifacts/{profile.name}`) "
+                f"or retrain ({FROM_SCRATCH_ENV}=1)"
+            )
+        note = (f"published: not using artifacts/{profile.name}/head (trained on backbone {recorded}, this backbone "
+                f"is {backbone_fingerprint}); training instead")  # fmt: skip
+        if note not in _noted:
+            _noted.add(note)
+            print(note, file=sys.stderr)
         return None
     if not _applies(profile, "head", rec, head_settings(profile)):
         return None

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from mrp_repro import checkpoint as ckpt_io
-from mrp_repro import distributed, published
+from mrp_repro import distributed, integrity, published
 from mrp_repro.backbone import Backbone, special_ids
 from mrp_repro.config import Profile, repo_root
 from mrp_repro.errors import UserError
@@ -48,7 +48,7 @@ from mrp_repro.mrp import BackboneMismatchError, HeadNotFoundError, MRPHead, loa
 from mrp_repro.runtime import FROM_SCRATCH_ENV, artifact_dir, pick_device, pick_dtype, require_device, set_num_threads
 from mrp_repro.tokenizer import load_tokenizer
 from mrp_repro.training.common import BACKBONE_COMMAND, HEAD_COMMAND
-from mrp_repro.training.mrp import train_mrp, train_sources
+from mrp_repro.training.mrp import finished_problems, train_mrp, train_sources
 from mrp_repro.training.online import train_online
 from mrp_repro.trajectories import FORMAT_VERSION, collect, model_fingerprint, read_manifest, shard_problem
 
@@ -125,12 +125,12 @@ def backbone(
         out = backbone_dir(profile)
         path = out / "model"
         rerun = BACKBONE_COMMAND.format(name=profile.name)
-        if not (out / "done.json").exists() or not (path / "model.safetensors").exists():
-            if not train_if_missing:
-                raise BackboneNotTrained(f"no trained backbone at {out}; run {rerun}")
-            from mrp_repro.training.backbone import train_backbone
+        from mrp_repro.training.backbone import finished, train_backbone
 
-            train_backbone(profile, out, progress=progress)
+        if finished(out, quiet=not train_if_missing) is None:  # every output against done.json's sha256 record
+            if not train_if_missing:
+                raise BackboneNotTrained(f"no trained backbone at {out} (or it does not match its record); run {rerun}")
+            train_backbone(profile, out, progress=progress)  # a finished run's damaged model: rewritten from ckpt
         fix = (
             f"delete {path} and rerun {rerun} (it rewrites the model from the last training checkpoint "
             f"in {out}, without retraining)"
@@ -264,6 +264,13 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
         ts = profile.mrp.train_source
         source = ts if isinstance(ts, str) else ts[0]
     out = trajectories_dir(profile, bb, source)
+    if distributed.current().active:  # the ranks write their own shards (trajectory_store): no lock
+        return _trajectories(profile, bb, source, out, progress)
+    with integrity.stage_lock(out, f"trajectory collection ({source}) of profile {profile.name}"):
+        return _trajectories(profile, bb, source, out, progress)
+
+
+def _trajectories(profile: Profile, bb: Backbone, source: str, out: Path, progress: bool) -> Path:
     if (out / "manifest.json").exists():
         manifest = read_manifest(out)
         if manifest.get("complete") and all(shard_problem(out, e, full=False) is None for e in manifest["shards"]):
@@ -333,6 +340,17 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
     if pub is not None:
         return pub
     out = head_dir(profile, bb)
+    if distributed.current().active:  # ranks share the directory through files (rank 0 writes): no lock
+        return _train_head(profile, bb, out, progress, allow_backbone_mismatch)
+    with integrity.stage_lock(out, f"head training of profile {profile.name}"):  # a second process: StageLocked
+        return _train_head(profile, bb, out, progress, allow_backbone_mismatch)
+
+
+def _train_head(profile: Profile, bb: Backbone, out: Path, progress: bool, allow_backbone_mismatch: bool) -> Path:
+    if (out / "done.json").exists() and (bad := finished_problems(out)):  # verified before any reuse
+        print(f"stages.head: not reusing {out}: {bad[0]}; rewriting its outputs from {out / 'ckpt.pt'}",
+              file=sys.stderr)  # fmt: skip
+        (out / "done.json").unlink()
     if (out / "done.json").exists():
         try:
             _load_head(bb, out, allow_backbone_mismatch)

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mrp_repro.errors import UserError
+from mrp_repro.integrity import atomic_file
 from mrp_repro.runtime import sha256_file, write_json_atomic
 
 __all__ = [
@@ -100,11 +101,10 @@ _SCHEMA = pa.schema(
 def _write_shard(rows: list[dict], path: Path) -> None:
     cols = {f.name: [r[f.name] for r in rows] for f in _SCHEMA}
     table = pa.table({k: pa.array(v, type=_SCHEMA.field(k).type) for k, v in cols.items()}, schema=_SCHEMA)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:  # a unique temporary name: two writers never share one
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict:

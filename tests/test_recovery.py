@@ -49,6 +49,13 @@ def flip_byte(path):
     path.write_bytes(bytes(data))
 
 
+def rerecord(out):
+    """Record a finished stage directory's files as they are now (done.json's integrity record)."""
+    done = json.loads((out / "done.json").read_text())
+    done["files"] = {rel: sha(out / rel) for rel in done["files"]}
+    (out / "done.json").write_text(json.dumps(done))
+
+
 @pytest.fixture
 def profile():
     # 4 shards of 4 prompts; a random backbone of smoke's shape: no backbone training needed
@@ -161,6 +168,7 @@ def test_profile_head_is_refused_on_another_backbone(tmp_runs, profile, bb):
     meta = json.loads(meta_path.read_text())
     meta["backbone_hash"] = "0123456789abcdef"  # as if this head were trained on another backbone
     meta_path.write_text(json.dumps(meta))
+    rerecord(out)  # ... and recorded so (an edit alone would be caught as corruption and rewritten)
     with pytest.raises(BackboneMismatchError, match="0123456789abcdef.*" + model_fingerprint(bb.model)):
         stages.train_head(profile, bb, progress=False)
     with pytest.raises(BackboneMismatchError):
@@ -252,27 +260,26 @@ def test_truncated_backbone_training_checkpoint(tmp_path, smoke_profile, damaged
         assert torch.equal(a[k], b[k]), k
 
 
-def test_scratch_backbone_model_truncated_then_rewritten_from_checkpoint(tmp_runs, smoke_profile):
+def test_scratch_backbone_model_truncated_then_rewritten_from_checkpoint(tmp_runs, smoke_profile, capsys):
+    """A damaged model/ of a finished run no longer matches done.json's record: the stage names the file and
+    rewrites the model from the last training checkpoint (its inputs are there), without retraining. (Before:
+    a same-size corruption was reused silently; a truncation raised, asking the user to delete model/.)"""
     p = smoke_profile.replace({"backbone_training.steps": 6, "backbone_training.ckpt_every": 3})
     bb = stages.backbone(p, device="cpu", progress=False)
     out = bb.path.parent
     want = {k: v.clone() for k, v in bb.model.state_dict().items()}
     ckpt = next(out.glob("ckpt-*"))
     ck_mtime = (ckpt / "state.pt").stat().st_mtime_ns
-    truncate(out / "model" / "model.safetensors")
-
-    with pytest.raises(CheckpointError) as e:
-        stages.backbone(p, device="cpu", progress=False)
-    msg = str(e.value)
-    assert str(out / "model" / "model.safetensors") in msg
-    m = re.search(r"delete (\S+) and rerun python -m mrp_repro.stages backbone --profile smoke", msg)
-    assert m and m.group(1) == str(out / "model"), msg
-    shutil.rmtree(m.group(1))
-
-    again = stages.backbone(p, device="cpu", progress=False)
-    for k, v in want.items():
-        assert torch.equal(again.model.state_dict()[k], v), k
-    assert (ckpt / "state.pt").stat().st_mtime_ns == ck_mtime  # rewritten from the checkpoint, not retrained
+    for damage in (truncate, flip_byte):
+        damage(out / "model" / "model.safetensors")
+        capsys.readouterr()
+        again = stages.backbone(p, device="cpu", progress=False)
+        err = capsys.readouterr().err
+        assert f"not reusing {out}: {out / 'model' / 'model.safetensors'} has sha256" in err, err
+        for k, v in want.items():
+            assert torch.equal(again.model.state_dict()[k], v), k
+        assert (ckpt / "state.pt").stat().st_mtime_ns == ck_mtime  # rewritten from the checkpoint, not retrained
+        assert train_backbone(p, out, progress=False)["finished"] and not capsys.readouterr().err  # whole again
 
 
 def test_truncated_hub_format_shard_is_named(tmp_path, profile):

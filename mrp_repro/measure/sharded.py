@@ -33,9 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from mrp_repro import distributed
+from mrp_repro import distributed, integrity
 from mrp_repro import inputs as run_inputs
 from mrp_repro.errors import UserError
+from mrp_repro.integrity import atomic_file
 from mrp_repro.measure.runs import batch_order, decode_batch, eval_problems, model_for_profile, static_first
 from mrp_repro.measure.schema import RUN_COLUMNS
 from mrp_repro.runtime import provenance, write_json_atomic
@@ -114,9 +115,8 @@ def _decode_shard(backbone, shard: dict, settings, batch_size: int, max_new_toke
 def _write_shard(shard_dir: Path, shard: dict, df: pd.DataFrame, key: str, d: distributed.Dist, profile,
                  seconds: float = float("nan")) -> None:  # fmt: skip
     csv_name, side_name = _names(shard)
-    tmp = shard_dir / f".{csv_name}.{d.rank}.tmp"
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, shard_dir / csv_name)
+    with atomic_file(shard_dir / csv_name) as tmp:
+        df.to_csv(tmp, index=False)
     meta = dict(key=key, rows=len(df), sha256=_sha256(shard_dir / csv_name), benchmark=shard["benchmark"],
                 batch=shard["batch"], prompt_indices=shard["indices"], rank=d.rank, world=d.world, seconds=seconds,
                 provenance=provenance(profile))  # fmt: skip
@@ -144,10 +144,9 @@ def merge_shards(shard_dir: Path, shards: list[dict], key: str, settings, benchm
     )  # fmt: skip
     buf = io.StringIO()
     df.iloc[order].to_csv(buf, index=False)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_csv.with_name(f".{out_csv.name}.tmp")
-    tmp.write_text(buf.getvalue())
-    os.replace(tmp, out_csv)
+    with atomic_file(out_csv) as tmp:
+        tmp.write_text(buf.getvalue())
+    integrity.write_sidecar(out_csv, rows=len(df))  # its sha256 and rows: report.paper.load_result checks them
     return out_csv
 
 

@@ -29,6 +29,7 @@ is the profile's data.data_dir, else $MRP_REPRO_DATA, else the repository's ../s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -39,10 +40,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mrp_repro import integrity
 from mrp_repro.errors import UserError
+from mrp_repro.integrity import atomic_file
 
 __all__ = ["SFTSourceError", "PackedSequences", "open_sft_source", "load_sft_records", "to_turns", "iter_samples",
-           "tokenize_records", "pack", "pack_to_disk", "open_packed"]  # fmt: skip
+           "tokenize_records", "pack", "pack_to_disk", "packed_problem", "open_packed"]  # fmt: skip
 
 DEFAULT_HUB_ID = "JunxiongWang/sftdatasetv3"
 _ROLE = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
@@ -288,8 +291,7 @@ def pack_to_disk(samples, seq_len: int, block_size: int, out_dir: str | os.PathL
     an unfinished pack. Memory stays at chunk_rows rows whatever the data size. Returns the meta."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = {k: out / f".{k}.bin.tmp" for k in _FILES}
-    fh = {k: open(tmp[k], "wb") for k in _FILES}
+    (out / "meta.json").unlink(missing_ok=True)  # the old meta never describes new files
     hashes = {k: hashlib.sha256() for k in _FILES}
     n, buf = 0, []
     bar = None
@@ -297,55 +299,70 @@ def pack_to_disk(samples, seq_len: int, block_size: int, out_dir: str | os.PathL
         from tqdm.auto import tqdm
 
         bar = tqdm(desc="pack SFT", unit="seq", dynamic_ncols=True)
+    with contextlib.ExitStack() as stack:  # unique temporary names, renamed into place only when all are complete
+        tmp = {k: stack.enter_context(atomic_file(out / f"{k}.bin")) for k in _FILES}
+        fh = {k: stack.enter_context(open(tmp[k], "wb")) for k in _FILES}
 
-    def flush():
-        for k, col in zip(_FILES, zip(*buf, strict=True), strict=True):
-            b = np.stack(col).astype(_DTYPES[k], copy=False).tobytes()
-            fh[k].write(b)
-            hashes[k].update(b)
-        buf.clear()
+        def flush():
+            for k, col in zip(_FILES, zip(*buf, strict=True), strict=True):
+                b = np.stack(col).astype(_DTYPES[k], copy=False).tobytes()
+                fh[k].write(b)
+                hashes[k].update(b)
+            buf.clear()
 
-    try:
-        for seq in _packed_rows(samples, seq_len, block_size):
-            buf.append(_fill(seq, seq_len, pad_id))
-            n += 1
-            if len(buf) >= chunk_rows:
+        try:
+            for seq in _packed_rows(samples, seq_len, block_size):
+                buf.append(_fill(seq, seq_len, pad_id))
+                n += 1
+                if len(buf) >= chunk_rows:
+                    flush()
+                if bar is not None:
+                    bar.update(1)
+            if buf:
                 flush()
+        finally:
             if bar is not None:
-                bar.update(1)
-        if buf:
-            flush()
-    finally:
-        for f in fh.values():
-            f.close()
-        if bar is not None:
-            bar.close()
-    for k in _FILES:
-        os.replace(tmp[k], out / f"{k}.bin")
+                bar.close()
     meta = dict(rows=n, seq_len=seq_len, block_size=block_size, sha256={k: hashes[k].hexdigest() for k in _FILES})
-    tmp_meta = out / ".meta.json.tmp"
-    tmp_meta.write_text(json.dumps(meta, indent=1))
-    os.replace(tmp_meta, out / "meta.json")
+    with atomic_file(out / "meta.json") as tmp_meta:
+        tmp_meta.write_text(json.dumps(meta, indent=1))
     return meta
 
 
-def open_packed(out_dir: str | os.PathLike) -> tuple[PackedSequences, dict]:
-    """(the packed rows memory-mapped, meta) of a pack_to_disk directory; rows are read from disk as used.
-    A missing or short file is a SFTSourceError naming the directory and the fix (delete it: it is rebuilt)."""
+def packed_problem(out_dir: str | os.PathLike) -> str | None:
+    """Why a pack_to_disk directory must not be trained on (None when it is whole): no or an unreadable meta.json,
+    a file of another size, or of another sha256 than meta.json records (hashed once per process per file state)."""
     out = Path(out_dir)
-    fix = f"delete {out} and rerun: the packed SFT data is rebuilt from the source"
     try:
         meta = json.loads((out / "meta.json").read_text())
-    except (OSError, ValueError) as e:
-        raise SFTSourceError(f"{out / 'meta.json'} is missing or unreadable ({type(e).__name__}); {fix}") from e
-    n, T = meta["rows"], meta["seq_len"]
-    cols = []
+        n, T, shas = meta["rows"], meta["seq_len"], meta["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{out / 'meta.json'} is missing or unreadable ({type(e).__name__})"
     for k in _FILES:
         f = out / f"{k}.bin"
         want = n * T * np.dtype(_DTYPES[k]).itemsize
         if not f.exists() or f.stat().st_size != want:
-            got = f.stat().st_size if f.exists() else "no file"
-            raise SFTSourceError(f"{f} has {got} bytes, expected {want}; {fix}")
+            return f"{f} has {f.stat().st_size if f.exists() else 'no file: 0'} bytes, expected {want}"
+        got = integrity.sha256(f)
+        if got != shas.get(k):
+            return f"{f} has sha256 {got[:16]}..., meta.json records {str(shas.get(k))[:16]}... (corrupted)"
+    return None
+
+
+def open_packed(out_dir: str | os.PathLike) -> tuple[PackedSequences, dict]:
+    """(the packed rows memory-mapped, meta) of a pack_to_disk directory; rows are read from disk as used.
+    A missing, short or corrupted file (each is checked against meta.json's sha256 first) is a SFTSourceError naming
+    the file and the fix (delete the directory: it is rebuilt)."""
+    out = Path(out_dir)
+    fix = f"delete {out} and rerun: the packed SFT data is rebuilt from the source"
+    why = packed_problem(out)  # every file against meta.json's sha256 before any row is read
+    if why is not None:
+        raise SFTSourceError(f"{why}; {fix}")
+    meta = json.loads((out / "meta.json").read_text())
+    n, T = meta["rows"], meta["seq_len"]
+    cols = []
+    for k in _FILES:
+        f = out / f"{k}.bin"
         arr = np.memmap(f, dtype=_DTYPES[k], mode="c", shape=(n, T)) if n else np.zeros((0, T), _DTYPES[k])
         cols.append(torch.from_numpy(arr))
     return PackedSequences(*cols), meta

@@ -35,6 +35,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -43,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from mrp_repro import checkpoint as ckpt_io
+from mrp_repro import integrity
 from mrp_repro.config import Profile
 from mrp_repro.model import ModelConfig, SDARModel, count_parameters
 from mrp_repro.runtime import provenance, set_num_threads, write_json_atomic
@@ -265,26 +267,51 @@ def _latest_checkpoint(out_dir: Path) -> Path | None:
 
 
 def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve) -> Path:
+    """ckpt-<step>/: the model (hub format), state.pt (optimizer, scheduler, RNG, curve: tensors and plain types
+    only, so it loads with weights_only=True) and integrity.json; written in a temporary directory renamed into
+    place when complete."""
     final = out_dir / f"ckpt-{step}"
-    tmp = out_dir / f".ckpt-{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    ckpt_io.save_backbone(model, tmp)
-    torch.save(
-        {
-            "step": step,
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "curve": curve,
-        },
-        tmp / "state.pt",
-    )
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    with integrity.atomic_dir(final) as tmp:
+        ckpt_io.save_backbone(model, tmp)
+        state = {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                 "torch_rng": torch.get_rng_state(), "curve": curve}  # fmt: skip
+        torch.save(state, tmp / "state.pt")
+        integrity.seal(tmp)
     for old in _checkpoint_dirs(out_dir):  # keep only the newest checkpoint
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+#: what done.json's record covers: the stage's outputs (the checkpoint is its resume state, under its own manifest)
+_OUTPUTS = ("model", "loss_curve.csv", "loss_curve.json")
+
+
+def _outputs(out_dir: Path) -> list[Path]:
+    files = [out_dir / n for n in _OUTPUTS[1:] if (out_dir / n).is_file()]
+    return files + integrity.listed_files(out_dir / "model") + [out_dir / "model" / integrity.MANIFEST]
+
+
+def finished(out_dir: str | os.PathLike, quiet: bool = False) -> dict | None:
+    """done.json's metrics when a finished run's outputs match its record (every file's sha256, the curve's rows),
+    else None (printing which file, unless quiet): train_backbone then rewrites them from the last checkpoint."""
+    out_dir = Path(out_dir)
+    try:
+        done = json.loads((out_dir / "done.json").read_text())
+    except (OSError, ValueError):
+        return None
+    files = done.get("files")
+    bad = integrity.problems(out_dir, files) if isinstance(files, dict) else [
+        f"{out_dir / 'done.json'} has no integrity record (written by an older version)"]  # fmt: skip
+    if not bad and isinstance(files, dict):
+        model = {k[len("model/") :]: v for k, v in files.items() if k.startswith("model/")}
+        bad = integrity.problems(out_dir / "model", model, exact=True, recursive=False)
+    if bad:
+        if not quiet:
+            print(f"backbone: not reusing {out_dir}: {bad[0]}; rewriting its model from the last training checkpoint",
+                  file=sys.stderr)  # fmt: skip
+        return None
+    return done["metrics"]
 
 
 # ----------------------------------------------------------------------------- training
@@ -308,10 +335,17 @@ def train_backbone(
     Returns the metrics dict (done.json's "metrics")."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # one process trains a directory: a second one gets StageLocked naming the first's PID, and does nothing
+    with integrity.stage_lock(out_dir, f"backbone training of profile {profile.name}"):
+        return _train_backbone(profile, out_dir, progress, resume, stop_after, num_threads)
+
+
+def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_threads) -> dict:
     done_path = out_dir / "done.json"
-    model_ok = (out_dir / "model" / "model.safetensors").exists() and (out_dir / "model" / "config.json").exists()
-    if done_path.exists() and model_ok:
-        return json.loads(done_path.read_text())["metrics"]
+    metrics = finished(out_dir, quiet=not done_path.exists())
+    if metrics is not None:
+        return metrics
+    done_path.unlink(missing_ok=True)
     if profile.model.source != "scratch":
         raise ValueError(f"profile {profile.name!r} has model.source={profile.model.source!r}, not 'scratch'")
     tc = profile.backbone_training
@@ -342,13 +376,7 @@ def train_backbone(
         )
         sd = ckpt_io.load_backbone(latest, dtype=torch.float32, fix=fix).state_dict()
         model.load_state_dict(sd)
-        try:
-            st = torch.load(latest / "state.pt", weights_only=False)
-        except Exception as e:  # truncated zip / unpickling error: torch names neither the file nor a fix
-            raise ckpt_io.CheckpointError(
-                f"{latest / 'state.pt'} is truncated or unreadable ({type(e).__name__}: "
-                f"{' '.join(str(e).split())[:200]}); {fix}"
-            ) from e
+        st = ckpt_io.load_state(latest / "state.pt", fix)
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
         torch.set_rng_state(st["torch_rng"])
@@ -399,13 +427,10 @@ def train_backbone(
         return {"steps_done": step, "finished": False}
 
     model.eval()
-    model_dir = out_dir / "model"
-    tmp = out_dir / ".model.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    ckpt_io.save_backbone(model, tmp, extra_config={"mask_token_id": mask_id, "eos_token_id": eos_token_ids(tok)})
-    save_tokenizer(tok, tmp)
-    shutil.rmtree(model_dir, ignore_errors=True)
-    os.replace(tmp, model_dir)
+    with integrity.atomic_dir(out_dir / "model") as tmp:  # complete (weights, tokenizer, manifest) or absent
+        ckpt_io.save_backbone(model, tmp, extra_config={"mask_token_id": mask_id, "eos_token_id": eos_token_ids(tok)})
+        save_tokenizer(tok, tmp)
+        integrity.seal(tmp)
     write_curve(out_dir, curve, ["step", "loss", "lr", "elapsed_s"], curve)
     tail = [c["loss"] for c in curve[-max(1, len(curve) // 20) :]]
     metrics = {
@@ -420,7 +445,10 @@ def train_backbone(
         "threads": torch.get_num_threads(),
         "tokens_per_step": 2 * tc.seq_len * tc.batch_size,
     }
-    write_json_atomic(done_path, {"metrics": metrics, "provenance": provenance(profile, "cpu")})
+    # the integrity record: every output's sha256 and the curve's rows; finished() checks it before any reuse
+    record = integrity.record(out_dir, _outputs(out_dir))
+    write_json_atomic(done_path, {"metrics": metrics, "provenance": provenance(profile, "cpu"), "files": record,
+                                  "rows": {"loss_curve.csv": len(curve)}})  # fmt: skip
     return metrics
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
-import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from mrp_repro.integrity import atomic_file
 from mrp_repro.runtime import write_json_atomic
 
 __all__ = ["lr_lambda_for", "write_curve", "head_autocast", "ddp_loss", "HeadLoss", "BACKBONE_COMMAND", "HEAD_COMMAND"]
@@ -35,12 +35,10 @@ def lr_lambda_for(steps: int, warmup: int, min_ratio: float):
 
 def write_curve(out_dir: Path, rows: list[dict], fields: list[str], json_payload) -> None:
     """loss_curve.csv (the `fields` of each row) and loss_curve.json (`json_payload`), each written atomically."""
-    tmp = out_dir / ".loss_curve.csv.tmp"
-    with open(tmp, "w", newline="") as fh:
+    with atomic_file(out_dir / "loss_curve.csv") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    os.replace(tmp, out_dir / "loss_curve.csv")
     write_json_atomic(out_dir / "loss_curve.json", json_payload)
 
 

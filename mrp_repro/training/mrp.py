@@ -48,7 +48,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mrp_repro.checkpoint import CheckpointError
+from mrp_repro import integrity
+from mrp_repro.checkpoint import CheckpointError, load_state
 from mrp_repro.config import ConfigError
 from mrp_repro.distributed import Dist, current
 from mrp_repro.kernels import residual_kl
@@ -362,20 +363,25 @@ def train_sources(profile) -> list[str]:
 
 
 def _save_ckpt(out_dir: Path, step, head, opt, sched, curve, heldout, extra: dict | None = None):
-    tmp = out_dir / ".ckpt.pt.tmp"
-    torch.save(
-        dict(
-            step=step,
-            head=head.state_dict(),
-            optimizer=opt.state_dict(),
-            scheduler=sched.state_dict(),
-            curve=curve,
-            heldout=heldout,
-            **(extra or {}),
-        ),
-        tmp,
-    )
-    os.replace(tmp, out_dir / "ckpt.pt")
+    """ckpt.pt (tensors and plain types only: it loads with weights_only=True) under a unique temporary name renamed
+    into place, and its sha256 beside it (ckpt.pt.sha256.json, checked before a resume)."""
+    state = dict(step=step, head=head.state_dict(), optimizer=opt.state_dict(), scheduler=sched.state_dict(),
+                 curve=curve, heldout=heldout, **(extra or {}))  # fmt: skip
+    with integrity.atomic_file(out_dir / "ckpt.pt") as tmp:
+        torch.save(state, tmp)
+    integrity.write_sidecar(out_dir / "ckpt.pt", rows=step)
+
+
+def load_ckpt(ck: Path, rerun: str, dev) -> dict:
+    """A head's training checkpoint, checked against its recorded sha256 (when recorded) and loaded with
+    weights_only=True; a changed, truncated or code-carrying one is a CheckpointError naming it and the fix."""
+    fix = (f"delete it and rerun {rerun} (training restarts from step 0 and, with batches keyed by step, ends at "
+           "the same head)")  # fmt: skip
+    if ck.with_name(ck.name + ".sha256.json").exists():
+        why = integrity.sidecar_problem(ck)
+        if why is not None:
+            raise CheckpointError(f"{why}; {fix}")
+    return load_state(ck, fix, map_location=dev)
 
 
 def _write_curves(out_dir: Path, curve: list[dict], heldout: list[dict]) -> None:
@@ -464,14 +470,7 @@ def train_mrp(
     ck = out / "ckpt.pt"
     rerun = HEAD_COMMAND.format(name=profile.name)
     if resume and ck.exists():
-        try:
-            st = torch.load(ck, map_location=dev, weights_only=False)
-        except Exception as e:  # truncated zip, unpickling error: torch names neither the file nor a fix
-            raise CheckpointError(
-                f"{ck} is truncated or unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                f"delete it and rerun {rerun} (training restarts from step 0 and, with batches keyed by "
-                "step, ends at the same head)"
-            ) from e
+        st = load_ckpt(ck, rerun, dev)
         head.load_state_dict(st["head"])
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
@@ -579,5 +578,27 @@ def finish_training(profile, out: Path, head, model, curve, heldout, bb_hash, so
     save_head(head, out / "head", extra={**extra, **(head_extra or {})})
     write_json_atomic(out / "metrics.json", metrics)
     write_json_atomic(out / "provenance.json", provenance(profile, dev))
-    write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head"})
+    # the integrity record: every output's sha256 and the curve's rows (stages.train_head checks it before reuse)
+    files = [out / n for n in OUTPUTS if (out / n).is_file()] + integrity.listed_files(out / "head")
+    write_json_atomic(out / "done.json", {"metrics": "metrics.json", "head": "head",
+                                          "files": integrity.record(out, files),
+                                          "rows": {"loss_curve.csv": len(curve) + len(heldout)}})  # fmt: skip
     return metrics
+
+
+#: a finished head run's outputs besides head/ (the checkpoint ckpt.pt is its resume state, with its own sha256)
+OUTPUTS = ("metrics.json", "provenance.json", "loss_curve.csv", "loss_curve.json")
+
+
+def finished_problems(out: Path) -> list[str]:
+    """[] when out/done.json's record matches every output (each sha256; head/ holds exactly the recorded files),
+    else what does not ("<file> is missing" / "... has sha256 ..."), the first naming the file."""
+    try:
+        files = json.loads((out / "done.json").read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return [f"{out / 'done.json'} is unreadable"]
+    if not isinstance(files, dict):
+        return [f"{out / 'done.json'} has no integrity record (written by an older version)"]
+    bad = integrity.problems(out, files)
+    head = {k[len("head/"):]: v for k, v in files.items() if k.startswith("head/")}
+    return bad or integrity.problems(out / "head", head, exact=True, recursive=False)

@@ -37,6 +37,7 @@ import hashlib
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -45,15 +46,24 @@ from pathlib import Path
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from mrp_repro import integrity
 from mrp_repro.checkpoint import CheckpointError
 from mrp_repro.config import ConfigError
 from mrp_repro.distributed import Dist, current
 from mrp_repro.kernels import residual_kl
 from mrp_repro.model import rope_cos_sin
 from mrp_repro.mrp import MRPHead
-from mrp_repro.tasks.sft import PackedSequences, iter_samples, open_packed, open_sft_source, pack, pack_to_disk
+from mrp_repro.tasks.sft import (
+    PackedSequences,
+    iter_samples,
+    open_packed,
+    open_sft_source,
+    pack,
+    pack_to_disk,
+    packed_problem,
+)
 from mrp_repro.training.common import HEAD_COMMAND, ddp_loss, head_autocast, lr_lambda_for
-from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_on_main, heldout_summary
+from mrp_repro.training.mrp import _save_ckpt, _write_curves, finish_on_main, heldout_summary, load_ckpt
 from mrp_repro.trajectories import GT_T_MIN, model_fingerprint
 
 __all__ = ["packed_state_mask", "draw_noise", "online_loss", "load_packed", "train_online"]
@@ -237,8 +247,11 @@ def load_packed(profile, backbone, cache_parent: Path | None = None) -> tuple[Pa
     else:
         d = distributed.current()
         cache = Path(cache_parent) / f"sft-packed-{packed_key(profile, backbone, fingerprint)}"
-        if d.is_main and not (cache / "meta.json").exists():
-            pack_to_disk(samples, tc.seq_len, profile.block_size, cache, pad_id=backbone.pad_id, progress=True)
+        if d.is_main and (why := packed_problem(cache)) is not None:  # every file against its recorded sha256
+            if (cache / "meta.json").exists():  # damaged: the source is here, so it is rebuilt
+                print(f"online: not reusing {cache}: {why}; packing it again from {tc.sft_source}", file=sys.stderr)
+            with integrity.stage_lock(cache, f"SFT packing for profile {profile.name}"):
+                pack_to_disk(samples, tc.seq_len, profile.block_size, cache, pad_id=backbone.pad_id, progress=True)
         d.barrier()
         data, meta = open_packed(cache)
         sha = hashlib.sha256((meta["sha256"]["ids"] + meta["sha256"]["answer"]).encode()).hexdigest()[:16]
@@ -384,14 +397,7 @@ def train_online(
     ck = out / "ckpt.pt"
     rerun = HEAD_COMMAND.format(name=profile.name)
     if resume and ck.exists():
-        try:
-            st = torch.load(ck, map_location=dev, weights_only=False)
-        except Exception as e:  # truncated zip, unpickling error: torch names neither the file nor a fix
-            raise CheckpointError(
-                f"{ck} is truncated or unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                f"delete it and rerun {rerun} (training restarts from step 0 and, with batches keyed by "
-                "step, ends at the same head)"
-            ) from e
+        st = load_ckpt(ck, rerun, dev)
         if st.get("sft_data_sha256", data_sha) != data_sha:  # batches are indices into the packed data
             raise CheckpointError(
                 f"{ck} was written while training on other SFT data (packed sha256 {st['sft_data_sha256']}, now "

@@ -1,0 +1,275 @@
+"""What the package reads back is what it wrote: content hashes, directory manifests, atomic writes, stage locks.
+
+    from mrp_repro import integrity
+    integrity.sha256(path)                          # sha256 of the bytes, hashed once per process per file state
+    integrity.seal(d)                               # d/integrity.json: every file of d with its sha256
+    integrity.verify_dir(d, fix)                    # exactly those files, each with its sha256, else IntegrityError
+    rec = integrity.record(root, files)             # {relative path: sha256}: what done.json records
+    integrity.problems(root, rec)                   # [] or "file: why" for each file that does not match
+    integrity.write_sidecar(csv, rows)              # csv.sha256.json: sha256, bytes, rows of a cached table
+    integrity.sidecar_problem(csv)                  # None, or why the table must not be reused
+    with integrity.atomic_file(path) as tmp: ...    # a unique temporary name beside path, renamed into place
+    with integrity.atomic_dir(path) as tmp: ...     # the same for a directory (complete or absent)
+    with integrity.stage_lock(d, "backbone"): ...   # fcntl.flock on d/.lock; a second holder gets StageLocked
+
+Hash cache. A file's sha256 is cached in this process keyed by (device, inode, size, mtime_ns, ctime_ns): a file
+rewritten in place changes its ctime even when its size and mtime are restored (the kernel sets ctime; utime cannot
+set it back), so a same-size byte flip is hashed again. Nothing is cached across processes here (mrp_repro.inputs
+keeps its own cache on the same key).
+
+Names that start with "." (temporary files, the lock) are never listed in a manifest and never loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from mrp_repro.errors import UserError
+
+__all__ = ["MANIFEST", "IntegrityError", "StageLocked", "stat_key", "sha256", "git_blob_sha1", "listed_files",
+           "record", "problems", "seal", "read_manifest", "verify_dir", "write_sidecar", "sidecar_problem",
+           "atomic_file", "atomic_dir", "stage_lock"]  # fmt: skip
+
+MANIFEST = "integrity.json"
+FORMAT = 1
+_SIDECAR = ".sha256.json"
+_cache: dict[tuple, str] = {}
+
+
+class IntegrityError(UserError, ValueError):
+    """A recorded file that is missing, changed, or a file that no record lists; the message names it and the fix."""
+
+
+class StageLocked(UserError, RuntimeError):
+    """Another process holds a stage's output directory."""
+
+
+# ----------------------------------------------------------------------------- hashes
+
+
+def stat_key(path: str | os.PathLike) -> tuple:
+    """The facts a cached hash is keyed by (see the module docstring)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """sha256 of the file's bytes; hashed once per process for an unchanged file (stat_key)."""
+    key = stat_key(path)
+    got = _cache.get(key)
+    if got is None:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        got = _cache[key] = h.hexdigest()
+    return got
+
+
+def git_blob_sha1(path: str | os.PathLike) -> str:
+    """The git object id of a file (sha1 over "blob <size>\\0" + bytes): the hub cache's name of a non-LFS blob."""
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+# ----------------------------------------------------------------------------- records and manifests
+
+
+def listed_files(d: Path, recursive: bool = False) -> list[Path]:
+    """The regular files of d a manifest lists: every one but the manifest and names starting with "."."""
+    d = Path(d)
+    it = d.rglob("*") if recursive else d.iterdir()
+    out = []
+    for f in it:
+        rel = f.relative_to(d)
+        if any(part.startswith(".") for part in rel.parts) or rel.as_posix() == MANIFEST:
+            continue
+        if f.is_file():
+            out.append(f)
+    return sorted(out)
+
+
+def record(root: Path, files: Iterable[Path]) -> dict[str, str]:
+    """{path relative to root: sha256} of `files`."""
+    root = Path(root)
+    return {Path(f).relative_to(root).as_posix(): sha256(f) for f in sorted(files)}
+
+
+def problems(root: Path, files: dict[str, str], exact: bool = False, recursive: bool = True) -> list[str]:
+    """What does not match a record: "<path> is missing" / "<path> has sha256 X, recorded Y"; with exact, also every
+    file under root that the record does not list ("<path> is not in the record")."""
+    root = Path(root)
+    out = []
+    for rel, want in sorted(files.items()):
+        f = root / rel
+        if not f.is_file():
+            out.append(f"{f} is missing")
+            continue
+        got = sha256(f)
+        if got != want:
+            out.append(f"{f} has sha256 {got[:16]}..., recorded {want[:16]}... (changed or corrupted)")
+    if exact:
+        listed = set(files)
+        out += [f"{f} is not in the record (an extra file)" for f in listed_files(root, recursive)
+                if f.relative_to(root).as_posix() not in listed]  # fmt: skip
+    return out
+
+
+def seal(d: str | os.PathLike, rows: dict[str, int] | None = None) -> dict:
+    """Write d/integrity.json: every file of d (not recursive) with its sha256, and the row count of its tables."""
+    d = Path(d)
+    man = {"format": FORMAT, "files": record(d, listed_files(d)), "rows": dict(rows or {})}
+    with atomic_file(d / MANIFEST) as tmp:
+        tmp.write_text(json.dumps(man, indent=1, sort_keys=True))
+    return man
+
+
+def read_manifest(d: Path) -> dict | None:
+    """d/integrity.json, or None when d has none; an unreadable one is an IntegrityError."""
+    p = Path(d) / MANIFEST
+    if not p.exists():
+        return None
+    try:
+        man = json.loads(p.read_text())
+        if not isinstance(man.get("files"), dict):
+            raise ValueError("no `files`")
+        return man
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        raise IntegrityError(f"{p} is unreadable ({type(e).__name__}: {e}); delete {d} and rerun what wrote it") from e
+
+
+def verify_dir(d: str | os.PathLike, fix: str) -> dict[str, str] | None:
+    """The files d/integrity.json lists ({name: sha256}) after checking that d holds exactly those, each with its
+    sha256; None when d has no manifest. IntegrityError (one line: the file, why, `fix`) on the first problem."""
+    d = Path(d)
+    man = read_manifest(d)
+    if man is None:
+        return None
+    bad = problems(d, man["files"], exact=True, recursive=False)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise IntegrityError(f"{bad[0]}{more}; {fix}")
+    return man["files"]
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def write_sidecar(path: str | os.PathLike, rows: int) -> Path:
+    """<path>.sha256.json: the sha256, size and row count of a table just written."""
+    path = Path(path)
+    side = path.with_name(path.name + _SIDECAR)
+    rec = {"sha256": sha256(path), "bytes": path.stat().st_size, "rows": int(rows)}
+    with atomic_file(side) as tmp:
+        tmp.write_text(json.dumps(rec, sort_keys=True))
+    return side
+
+
+def sidecar_problem(path: str | os.PathLike, rows: int | None = None) -> str | None:
+    """Why the table at `path` must not be reused (None when it matches its sidecar): missing, no record, another
+    size or sha256 (cut short, edited), or, given `rows` (the rows read from it), another row count."""
+    path = Path(path)
+    side = path.with_name(path.name + _SIDECAR)
+    if not path.is_file():
+        return f"{path} is missing"
+    try:
+        rec = json.loads(side.read_text())
+    except (OSError, ValueError) as e:
+        return f"{path} has no readable integrity record ({side.name}: {type(e).__name__})"
+    if rec.get("bytes") != path.stat().st_size or rec.get("sha256") != sha256(path):
+        return (f"{path} does not match its recorded sha256 ({path.stat().st_size} bytes, recorded {rec.get('bytes')}:"
+                " cut short, edited or corrupted)")  # fmt: skip
+    if rows is not None and rows != rec.get("rows"):
+        return f"{path} has {rows} rows, recorded {rec.get('rows')}"
+    return None
+
+
+# ----------------------------------------------------------------------------- atomic writes
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A unique temporary path beside `path` (same directory, so the rename is atomic); renamed onto `path` when the
+    block ends without an exception, removed otherwise. Two writers never share a temporary name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would follow the file into place
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A unique temporary directory beside `path`, moved onto `path` (replacing what was there) when the block ends
+    without an exception, removed otherwise: `path` is either the old directory or the complete new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        if path.exists():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
+            os.replace(path, old / "d")
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- locks
+
+_held: dict[str, int] = {}  # lock path -> depth: a stage that calls another on the same directory (re-entrant)
+
+
+@contextlib.contextmanager
+def stage_lock(d: str | os.PathLike, what: str) -> Iterator[None]:
+    """An advisory lock (fcntl.flock) on d/.lock for as long as a stage writes d. When another process holds it:
+    StageLocked, one line naming that process's PID; nothing is written. The kernel drops the lock when its holder
+    dies (kill -9 too), so a stale .lock file never blocks."""
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    lock = d / ".lock"
+    key = str(lock.resolve())
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise StageLocked(
+                f"{d} is being written by another process (PID {holder}, {what}); wait for it to finish and rerun, "
+                f"or stop it (kill {holder}) if it is stuck"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _held[key] = 1
+        try:
+            yield
+        finally:
+            del _held[key]
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
