@@ -83,7 +83,7 @@ def _spec_path(profile, name: str) -> Path:
 def _stored(profile, name: str, spec: dict) -> bool:
     side = _spec_path(profile, name)
     return (
-        paper.result_path(profile, name).exists()
+        paper.result_problem(profile, name) is None  # present and matching its sha256 record (not cut short)
         and side.exists()
         and json.loads(side.read_text()) == _spec_record(spec)
     )

@@ -24,6 +24,7 @@ stale numbers.
 from __future__ import annotations
 
 import math
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -396,17 +397,36 @@ def result_path(profile: Profile, name: str) -> Path:
 
 def save_result(profile: Profile, name: str, df: pd.DataFrame) -> Path:
     """Write a result frame atomically (CSV) under results_dir(profile)."""
+    from mrp_repro import integrity
+
     path = result_path(profile, name)
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with integrity.atomic_file(path) as tmp:  # a unique temporary name, renamed into place
+        df.to_csv(tmp, index=False)
+    integrity.write_sidecar(path, rows=len(df))  # <name>.csv.sha256.json: checked by load_result before reuse
     return path
 
 
+def result_problem(profile: Profile, name: str) -> str | None:
+    """Why the stored result `name` must not be reused (None when it matches its recorded sha256 and size)."""
+    from mrp_repro import integrity
+
+    return integrity.sidecar_problem(result_path(profile, name))
+
+
 def load_result(profile: Profile, name: str) -> pd.DataFrame | None:
-    """A result frame written by an earlier notebook on this profile, or None."""
+    """A result frame written by an earlier notebook on this profile, or None: also when the file does not match its
+    integrity record (sha256, size, rows; a CSV cut short is never reused), with a note naming it on stderr."""
+    from mrp_repro import integrity
+
     path = result_path(profile, name)
-    return pd.read_csv(path) if path.exists() else None
+    if not path.exists():
+        return None
+    df = pd.read_csv(path) if (why := result_problem(profile, name)) is None else None
+    if df is not None and (why := integrity.sidecar_problem(path, rows=len(df))) is not None:
+        df = None
+    if df is None:
+        print(f"results: not reusing {why}; it is recomputed", file=sys.stderr)
+    return df
 
 
 def cached_result(profile: Profile, name: str, compute) -> pd.DataFrame:
