@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mrp_repro.errors import UserError
 from mrp_repro.tasks import benchmarks
 from mrp_repro.tasks.benchmarks import (
     BenchmarkDataUnavailable,
@@ -57,6 +58,9 @@ def test_env_variable_is_used(monkeypatch, tmp_path):
         '{"question": "1+1?", "answer": "1+1=2\\n#### 2"}\n', encoding="utf-8"
     )
     monkeypatch.setenv("MRP_REPRO_DATA", str(tmp_path))
+    with pytest.raises(UserError, match="MRP_REPRO_DATA_UNRECORDED=1"):  # not the recorded GSM8K test set
+        load_benchmark("gsm8k")
+    monkeypatch.setenv("MRP_REPRO_DATA_UNRECORDED", "1")  # a file of one's own, read as it is
     [p] = load_benchmark("gsm8k")
     assert (p.prompt_text, p.reference) == ("1+1?", "2")
 
@@ -133,3 +137,56 @@ def test_canonical_code_solutions_pass_in_sandbox():
     mb = load_benchmark("mbpp", data_dir=DATA, limit=1)[0]
     r = score_code("```python\n" + mb.extra["code"] + "\n```", mb)
     assert r["correct"] and r["status"] == "passed"
+
+
+# ------------------------------------------------------------------ recorded files (issue 29, finding 8)
+
+
+def _copy(rel, tmp_path, cut=None):
+    """DATA/<rel> copied to tmp_path/data/<rel>, its bytes passed through `cut` if given."""
+    src, dst = DATA / rel, tmp_path / "data" / rel
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    data = src.read_bytes()
+    dst.write_bytes(data if cut is None else cut(data))
+    return tmp_path / "data"
+
+
+@needs_data
+def test_recorded_counts_and_hashes_match_the_shared_files():
+    for rel, (count, sha) in benchmarks.RECORDED.items():
+        assert benchmarks._sha256(DATA / rel) == sha, rel
+        assert len(benchmarks._parse_local(DATA / rel)) == count, rel
+
+
+@needs_data
+def test_truncated_at_a_line_boundary_is_refused_and_both_advices_recover(tmp_path, monkeypatch):
+    """100 of GSM8K's 1319 lines loaded silently before; now one line naming the file, both counts and the fixes."""
+    monkeypatch.delenv("MRP_REPRO_DATA_UNRECORDED", raising=False)
+    root = _copy("gsm8k/test.jsonl", tmp_path, cut=lambda b: b"".join(b.splitlines(True)[:100]))
+    with pytest.raises(UserError) as e:
+        load_benchmark("gsm8k", data_dir=root)
+    msg = str(e.value)
+    assert "\n" not in msg and str(root / "gsm8k" / "test.jsonl") in msg, msg
+    assert "100 records" in msg and "1319 records" in msg and "MRP_REPRO_DATA_UNRECORDED=1" in msg, msg
+    monkeypatch.setenv("MRP_REPRO_DATA_UNRECORDED", "1")  # advice 2: use this file as it is
+    assert len(load_benchmark("gsm8k", data_dir=root)) == 100
+    monkeypatch.delenv("MRP_REPRO_DATA_UNRECORDED")
+    _copy("gsm8k/test.jsonl", tmp_path)  # advice 1: replace it with the original
+    assert len(load_benchmark("gsm8k", data_dir=root)) == 1319
+
+
+@needs_data
+@pytest.mark.parametrize("name,rel,where", [("gsm8k", "gsm8k/test.jsonl", "line 101"),
+                                            ("mbpp", "mbpp/sanitized-mbpp.json", "line 1 column")])  # fmt: skip
+def test_cut_inside_a_record_names_the_file_and_line(tmp_path, monkeypatch, name, rel, where):
+    """A JSONDecodeError without the file before."""
+    monkeypatch.delenv("MRP_REPRO_DATA_UNRECORDED", raising=False)
+    lines = (DATA / rel).read_bytes().splitlines(True)
+    cut = (lambda b: b"".join(lines[:100]) + lines[100][:40]) if rel.endswith("l") else (lambda b: b[:5000])
+    root = _copy(rel, tmp_path, cut=cut)
+    for unrecorded in ("0", "1"):  # damaged either way
+        monkeypatch.setenv("MRP_REPRO_DATA_UNRECORDED", unrecorded)
+        with pytest.raises(UserError) as e:
+            load_benchmark(name, data_dir=root)
+        msg = str(e.value)
+        assert "\n" not in msg and str(root / rel) in msg and where in msg and "not valid JSON" in msg, msg

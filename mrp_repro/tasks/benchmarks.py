@@ -19,6 +19,11 @@ Where the data come from, first match wins:
 
    MATH500 and HumanEval have no train split (a ValueError says so).
 
+   Each file is checked against its recorded record count and sha256 (``RECORDED``, the SOURCE.md tables)
+   before use: a truncated or edited copy (a cut at a line boundary once loaded 100 of 1319 GSM8K problems
+   silently) is a one-line error naming the file and both hashes. Your own subset or variant: set
+   ``MRP_REPRO_DATA_UNRECORDED=1`` (it is then read as it is; results are not the paper's benchmarks).
+
 2. the Hugging Face hub through ``datasets.load_dataset``: ``openai/gsm8k``
    (``main``, test), ``HuggingFaceH4/MATH-500`` (test),
    ``google-research-datasets/mbpp`` (``sanitized``, test).
@@ -73,6 +78,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import hashlib
 import json
 import os
 import re
@@ -99,6 +105,8 @@ __all__ = [
 ]
 
 DATA_ENV = "MRP_REPRO_DATA"
+#: set to 1 to read benchmark files that differ from RECORDED (a subset or variant of your own)
+UNRECORDED_ENV = "MRP_REPRO_DATA_UNRECORDED"
 BENCHMARKS = ("gsm8k", "math500", "humaneval", "mbpp")
 
 MATH_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -130,6 +138,13 @@ _HUB = {
     ("mbpp", "test"): ("google-research-datasets/mbpp", "sanitized", "test"),
     ("mbpp", "train"): ("google-research-datasets/mbpp", "sanitized", "train"),
     ("humaneval", "test"): ("openai/openai_humaneval", None, "test"),
+}
+#: local file -> (records, sha256) of the copy the paper's numbers are for (../shared/data/*/SOURCE.md)
+RECORDED = {
+    "gsm8k/test.jsonl": (1319, "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"),
+    "gsm8k/train.jsonl": (7473, "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"),
+    "math500/test.jsonl": (500, "35dc41080a3680858b27fa7e0533d2d547825316fc5dafe5d316f4ccc5a06132"),
+    "mbpp/sanitized-mbpp.json": (427, "ca95deaa9a01ef0a6f439f88bcf0dd3db3563d22f22aad6cae04ebb9a8d8c8e9"),
 }
 MBPP_TEST_IDS = range(11, 511)  # upstream README: 11-510 is the test split
 MBPP_TRAIN_IDS = range(601, 975)  # upstream README: 601-974 is the train split
@@ -195,16 +210,57 @@ def _from_hub(name: str, split: str = "test") -> list[dict]:
     return [dict(r) for r in ds]
 
 
+_VERIFIED: dict[tuple, str] = {}  # (path, size, mtime_ns, inode) -> sha256: a file is hashed once per process
+
+
+def _sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return _VERIFIED[key]
+
+
+def _parse_local(path: Path) -> list[dict]:
+    """The records of a local .jsonl (one object a line) or .json (one array); a damaged line names the file."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines() if path.suffix == ".jsonl" else [text]
+    out = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            at = f"line {i}" if path.suffix == ".jsonl" else f"line {e.lineno} column {e.colno}"
+            raise UserError(f"{path}: not valid JSON at {at} ({e.msg}): the file is damaged or cut; replace it "
+                            "with the original (see the SOURCE.md beside it, docs/data.md)") from None  # fmt: skip
+        out.extend(rec if path.suffix == ".json" and isinstance(rec, list) else [rec])
+    return out
+
+
+def _read_local(path: Path, rel: str) -> list[dict]:
+    """A local benchmark file, checked against RECORDED unless $MRP_REPRO_DATA_UNRECORDED=1 (then only parsed)."""
+    unrecorded = os.environ.get(UNRECORDED_ENV, "").strip() in ("1", "true", "yes")
+    if rel in RECORDED and not unrecorded:
+        count, want = RECORDED[rel]
+        got = _sha256(path)
+        if got != want:
+            n = len(_parse_local(path))  # a damaged line is named first
+            raise UserError(
+                f"{path}: {n} records, sha256 {got[:12]}, but the recorded {rel} has {count} records, "
+                f"sha256 {want[:12]} (truncated or edited?): replace it with the original (see the SOURCE.md beside "
+                f"it, docs/data.md), or set {UNRECORDED_ENV}=1 to use this file as it is (not the paper's benchmark)"
+            )
+    return _parse_local(path)
+
+
 def _read_records(name: str, data_dir, split: str = "test") -> list[dict]:
     root = _local_root(data_dir)
     if root is not None:
         path = root / _LOCAL[(name, split)]
         if path.is_file():
-            if path.suffix == ".jsonl":
-                with path.open(encoding="utf-8") as f:
-                    return [json.loads(line) for line in f if line.strip()]
-            with path.open(encoding="utf-8") as f:
-                return json.load(f)
+            return _read_local(path, _LOCAL[(name, split)])
     try:
         return _from_hub(name, split)
     except Exception as e:  # offline, unknown host, missing package, ...
