@@ -169,6 +169,73 @@ def test_confidence_input_checks(K):
         K.confidence(torch.randn(10, 4).t())
 
 
+# ------------------------------------------------------------------ split invariance (issue 30, finding 6)
+
+
+SPLIT_V, SPLIT_BLOCK = 1536, 64  # tiles of 4 x 64 = 256 columns: 6 tiles
+
+
+def _split_rows(v=SPLIT_V):
+    """Random rows, exact ties straddling tile and split boundaries, an all-equal row, extreme logits."""
+    x = _rand(6, v, seed=7)
+    x[1:4] = 0.0
+    x[1, [511, 512, 1024]] = 5.0  # 511 | 512 is a tile edge and, at 3 splits (2 tiles each), a split edge
+    x[2, [767, 768]] = 9.0  # 767 | 768: the split edge at 2 splits
+    x[3] = 1.25  # all equal
+    x[4] *= 1e4
+    x[4, [255, 256]] = 1e6  # a tie across the first tile edge, at |logits| ~ 1e4
+    x[5, v - 1] = 50.0  # the max in the ragged last block
+    return x
+
+
+def test_confidence_bitwise_equal_at_every_split_count(K):
+    """Outputs do not depend on the split count: bitwise equal at 1, 2, 3 and 6 splits (6 tiles).
+
+    The old kernel wrote one partial per SPLIT (each split's lanes summed its own run of blocks), so the rounding
+    of max_prob and entropy moved with the split count, which on CUDA came from the rows and the SM count."""
+    x = _split_rows()
+    assert K._tiling(SPLIT_V, SPLIT_BLOCK) == (4, 6)
+    outs = [K.confidence(x, return_entropy=True, block=SPLIT_BLOCK, num_splits=s) for s in (1, 2, 3, 6)]
+    for o in outs[1:]:
+        for f in ("argmax", "max_prob", "entropy"):
+            assert torch.equal(getattr(o, f), getattr(outs[0], f)), f
+    assert outs[0].argmax[1:6].tolist() == [511, 767, 0, 255, SPLIT_V - 1]
+    ref = R.confidence_ref(x.double(), return_entropy=True)
+    assert torch.equal(outs[0].argmax, ref.argmax)
+    _close(outs[0].max_prob, ref.max_prob, **TOL_P)
+    _close(outs[0].entropy, ref.entropy, atol=1e-3, rtol=0)
+
+
+def test_residual_confidence_bitwise_equal_at_every_split_count(K):
+    A = _split_rows()
+    C = _rand(6, SPLIT_V, scale=0.5, seed=8)
+    C[1:5] = 0.0  # keep the ties of rows 1-4 exact in Z = A + 0.7*C
+    tok = torch.tensor([0, 512, 768, 7, 256, SPLIT_V - 1])
+    outs = [K.residual_confidence(A, C, 0.7, tok, True, block=SPLIT_BLOCK, num_splits=s) for s in (1, 3, 6)]
+    for o in outs[1:]:
+        for f in o._fields:
+            assert torch.equal(getattr(o, f), getattr(outs[0], f)), f
+    assert outs[0].argmax[1:5].tolist() == [511, 767, 0, 255]
+    ref = R.residual_confidence_ref(A.double(), C.double(), 0.7, tok, True)
+    assert torch.equal(outs[0].argmax, ref.argmax)
+    _close(outs[0].logp_at_token, ref.logp_at_token, **TOL_LP)
+    _close(outs[0].logp_base_at_token, ref.logp_base_at_token, **TOL_LP)
+
+
+def test_confidence_same_bits_at_batch_16_and_256_on_an_h200_split_rule(K, monkeypatch):
+    """With the CUDA split rule of an H200 (132 SMs): 16 rows -> 33 splits at the SDAR vocabulary, 256 -> 3; the
+    rows of a small batch (6 tiles: 6 splits) get the bits they get in a batch of 256 (3 splits, 2 tiles each)."""
+    assert K._pick_splits(16, 38, 132, None) == 33 and K._pick_splits(256, 38, 132, None) == 3
+    monkeypatch.setattr(K, "_sm_count", lambda dev: 132)
+    x = _split_rows()
+    assert K._pick_splits(6, 6, 132, None) == 6 and K._pick_splits(256, 6, 132, None) == 3
+    small = K.confidence(x, return_entropy=True, block=SPLIT_BLOCK)
+    monkeypatch.setattr(K, "_pick_splits", lambda n, t, sms, ns: 3)  # what 256 rows would get, without 256 rows
+    big = K.confidence(x, return_entropy=True, block=SPLIT_BLOCK)
+    for f in ("argmax", "max_prob", "entropy"):
+        assert torch.equal(getattr(small, f), getattr(big, f)), f
+
+
 # ------------------------------------------------------------------ residual_confidence
 
 
@@ -302,6 +369,85 @@ def test_dispatch_all_functions_on_cpu(monkeypatch):
     Cg = C.clone().requires_grad_()
     kernels.residual_kl(A, Cg, B, 0.5).sum().backward()
     assert Cg.grad is not None and Cg.grad.shape == C.shape
+
+
+def _fake_compile_error():
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    msg = 'NameError("Cannot access global variable _INT32_MAX from within @jit\'ed function")'
+    return CompilationError(None, ast.parse("_INT32_MAX").body[0], msg)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """The dispatch rule's CUDA branch with CPU tensors (the kernels run in the interpreter); a clean slate."""
+    monkeypatch.setenv(dispatch.ENV_VAR, "auto")
+    monkeypatch.setattr(dispatch, "_is_cuda", lambda x: True)
+    monkeypatch.setattr(dispatch, "_failed", {})
+    monkeypatch.setattr(dispatch, "_logged", set())
+
+
+def test_dispatch_falls_back_loudly_once_when_a_kernel_fails_to_compile(K, KL, fake_cuda, monkeypatch):
+    import warnings
+
+    calls = []
+
+    def broken(*args, **kwargs):  # what Triton 3.7.1 raised for the confidence kernels on sm_90 (issue 30)
+        calls.append(1)
+        raise _fake_compile_error()
+
+    monkeypatch.setattr(K, "_launch", broken)
+    A, C, B = _rand(3, 300, seed=1), _rand(3, 300, seed=2), _rand(3, 300, seed=3)
+    assert dispatch.select_backend(A, "confidence")[0] == "triton"
+    with pytest.warns(RuntimeWarning, match=r"Triton kernel for confidence failed \(CompilationError: .*_INT32_MAX"):
+        out = kernels.confidence(A, return_entropy=True)
+    ref = R.confidence_ref(A, return_entropy=True)
+    assert all(torch.equal(getattr(out, f), getattr(ref, f)) for f in out._fields)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: no second warning, and no second compile attempt
+        assert torch.equal(kernels.confidence(A).max_prob, ref.max_prob)
+    assert len(calls) == 1
+    assert dispatch.select_backend(A, "confidence")[0] == "torch"
+    # residual_confidence shares _launch: its own warning, then the reference too
+    with pytest.warns(RuntimeWarning, match="residual_confidence failed"):
+        r = kernels.residual_confidence(A, C, 0.5, torch.tensor([0, 1, 299]))
+    assert torch.equal(r.logp_at_token, R.residual_confidence_ref(A, C, 0.5, torch.tensor([0, 1, 299])).logp_at_token)
+    # a kernel that works keeps running Triton (the interpreter here): its result is the kernel's, not the reference's
+    assert dispatch.select_backend(C, "residual_kl")[0] == "triton"
+    _close(kernels.residual_kl(A, C, B), R.residual_kl_ref(A, C, B), **TOL_KL)
+    # bad input is the caller's error, not a kernel failure
+    with pytest.raises(TypeError):
+        kernels.residual_kl(A.double(), C, B)
+    assert "residual_kl" not in dispatch._failed
+    # MRP_REPRO_KERNELS=triton: the error, not the fallback
+    monkeypatch.setenv(dispatch.ENV_VAR, "triton")
+    dispatch._failed.clear()
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError):
+        kernels.confidence(A)
+
+
+def test_dispatch_falls_back_when_the_backward_kernel_fails(KL, fake_cuda, monkeypatch):
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise _fake_compile_error()
+
+            return launch
+
+    monkeypatch.setattr(KL, "_residual_kl_bwd_kernel", Broken())
+    A, B, C0 = _rand(3, 300, seed=1), _rand(3, 300, seed=3), _rand(3, 300, seed=2)
+    c1, c2 = C0.clone().requires_grad_(), C0.clone().requires_grad_()
+    k1 = kernels.residual_kl(A, c1, B, 0.5)
+    g = torch.tensor([1.0, -2.0, 0.5])
+    with pytest.warns(RuntimeWarning, match=r"residual_kl \(backward\) failed \(CompilationError"):
+        (k1 * g).sum().backward()
+    (R.residual_kl_ref(A, c2, B, 0.5) * g).sum().backward()
+    _close(c1.grad, c2.grad, **TOL_G)
+    assert dispatch.select_backend(A, "residual_kl")[0] == "torch"  # the next step runs the reference
 
 
 def test_import_without_triton():

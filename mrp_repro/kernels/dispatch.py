@@ -11,6 +11,14 @@ environment variable ``MRP_REPRO_KERNELS`` overrides this:
 
 The decision and its reason are logged once per (kernel, backend, reason) on
 the ``mrp_repro.kernels`` logger. Importing this module never imports triton.
+
+Fallback (auto mode): when a Triton kernel fails to compile or launch (a
+``CompilationError`` from Triton's code generator, ptxas, out of resources, a
+driver error), the call is answered by the PyTorch reference and that kernel
+stays on the reference for the rest of the process, with ONE warning
+(``RuntimeWarning`` and a log line) that names the kernel and the error. Bad
+input (``ValueError``/``TypeError`` from the wrappers' checks) is raised, not
+hidden, and ``MRP_REPRO_KERNELS=triton`` raises instead of falling back.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -30,6 +40,7 @@ __all__ = [
     "residual_kl",
     "select_backend",
     "triton_available",
+    "report_fallback",
     "ENV_VAR",
 ]
 
@@ -37,6 +48,7 @@ ENV_VAR = "MRP_REPRO_KERNELS"
 logger = logging.getLogger("mrp_repro.kernels")
 _logged: set = set()
 _triton_state: tuple[bool, str] | None = None
+_failed: dict[str, str] = {}  # kernel -> why its Triton path failed (that kernel then runs the reference)
 
 
 def _interpret() -> bool:
@@ -63,8 +75,12 @@ def _mode() -> str:
     return mode
 
 
-def select_backend(x: torch.Tensor) -> tuple[str, str]:
-    """Return (backend, reason) for a kernel call whose main input is ``x``."""
+def _is_cuda(x: torch.Tensor) -> bool:
+    return x.is_cuda  # one place, so a test can take the CUDA branch of the rule with CPU tensors
+
+
+def select_backend(x: torch.Tensor, kernel: str | None = None) -> tuple[str, str]:
+    """Return (backend, reason) for a call of ``kernel`` whose main input is ``x``."""
     mode = _mode()
     if mode == "torch":
         return "torch", f"{ENV_VAR}=torch forces the PyTorch reference"
@@ -80,16 +96,50 @@ def select_backend(x: torch.Tensor) -> tuple[str, str]:
             )
         where = "CUDA" if x.is_cuda else "CPU via TRITON_INTERPRET=1"
         return "triton", f"{ENV_VAR}=triton forces Triton ({where})"
-    if not x.is_cuda:
+    if not _is_cuda(x):
         return "torch", f"tensor on {x.device.type}: PyTorch reference (Triton needs CUDA)"
     ok, detail = triton_available()
     if not ok:
         return "torch", f"tensor on CUDA but {detail}: PyTorch reference"
+    if kernel in _failed:
+        return "torch", f"the Triton kernel failed earlier ({_failed[kernel]}): PyTorch reference"
     return "triton", "tensor on CUDA and triton imports: Triton kernels"
 
 
+def report_fallback(kernel: str, exc: BaseException, part: str = "") -> None:
+    """Record that ``kernel``'s Triton path failed and warn, once per kernel; re-raise when Triton is forced.
+
+    ``part`` names the failing piece when it is not the forward (e.g. "backward")."""
+    if _mode() == "triton":
+        raise exc
+    if kernel in _failed:
+        return
+    lines = str(exc).strip().splitlines()
+    why = f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}"
+    _failed[kernel] = why
+    what = f"{kernel} ({part})" if part else kernel
+    msg = (f"mrp_repro.kernels: the Triton kernel for {what} failed ({why}); {kernel} uses the PyTorch "
+           f"reference for the rest of this process (set {ENV_VAR}=triton to get the error instead)")  # fmt: skip
+    logger.warning(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _run(kernel: str, x: torch.Tensor, fast: Callable, ref: Callable):
+    """``fast()`` (Triton) when the dispatch rule picks Triton and it works, else ``ref()``."""
+    if _choose(kernel, x) == "triton":
+        try:
+            return fast()
+        except (ValueError, TypeError):
+            raise  # bad input, found by the wrappers' checks: the caller's to fix, not a kernel failure
+        except Exception as exc:  # CompilationError, PTXASError, OutOfResources, a driver error, ...
+            if _mode() == "triton":
+                raise
+            report_fallback(kernel, exc)
+    return ref()
+
+
 def _choose(kernel: str, x: torch.Tensor) -> str:
-    backend, reason = select_backend(x)
+    backend, reason = select_backend(x, kernel)
     key = (kernel, backend, reason)
     if key not in _logged:
         _logged.add(key)
@@ -102,11 +152,13 @@ def confidence(logits: torch.Tensor, return_entropy: bool = False) -> Confidence
 
     argmax ties resolve to the lowest index; no [N, V] softmax on the Triton path.
     """
-    if _choose("confidence", logits) == "triton":
+
+    def fast():
         from .triton_confidence import confidence as _k
 
         return _k(logits, return_entropy)
-    return _ref.confidence_ref(logits, return_entropy)
+
+    return _run("confidence", logits, fast, lambda: _ref.confidence_ref(logits, return_entropy))
 
 
 def residual_confidence(
@@ -118,17 +170,24 @@ def residual_confidence(
 ) -> ResidualConfidenceOut:
     """Confidence of Z = A + scale*C plus, for given tokens, C[row, tok],
     log_softmax(Z)[row, tok] and log_softmax(A)[row, tok] (see ResidualConfidenceOut)."""
-    if _choose("residual_confidence", A) == "triton":
+
+    def fast():
         from .triton_confidence import residual_confidence as _k
 
         return _k(A, C, scale, tokens, return_entropy)
-    return _ref.residual_confidence_ref(A, C, scale, tokens, return_entropy)
+
+    return _run("residual_confidence", A, fast,
+                lambda: _ref.residual_confidence_ref(A, C, scale, tokens, return_entropy))  # fmt: skip
 
 
 def residual_kl(A: torch.Tensor, C: torch.Tensor, B: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-    """Per-row KL(softmax(B) || softmax(A + scale*C)), fp32 [N], differentiable in C only."""
-    if _choose("residual_kl", C) == "triton":
+    """Per-row KL(softmax(B) || softmax(A + scale*C)), fp32 [N], differentiable in C only.
+
+    A backward kernel that fails falls back inside the autograd function (triton_residual_kl)."""
+
+    def fast():
         from .triton_residual_kl import residual_kl as _k
 
         return _k(A, C, B, scale)
-    return _ref.residual_kl_ref(A, C, B, scale)
+
+    return _run("residual_kl", C, fast, lambda: _ref.residual_kl_ref(A, C, B, scale))

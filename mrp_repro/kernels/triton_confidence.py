@@ -11,10 +11,16 @@ Algorithm (online softmax, per lane): every one of the BLOCK lanes of a program
 keeps its own running max ``m``, rescaled sum ``s = sum exp(x - m)``, entropy
 numerator ``t = sum exp(x - m) * (x - m)`` and the index of its first maximum.
 A new element costs ONE exp: ``e = exp(-|x - m|)`` is either the rescale factor
-(new maximum) or the element's weight. Lanes are merged once at the end. Long
-rows can be split over several programs (``num_splits``) so that small N still
-fills the GPU; a second tiny kernel merges the per-split partials and
-finalises. Nothing of size [N, V] is allocated; extra memory is O(N * splits).
+(new maximum) or the element's weight. Lanes are merged at the end of every
+TILE (``TILE_BLOCKS`` blocks of fixed columns) into one partial per tile; a
+second tiny kernel merges the tiles in an order fixed by the tile count and
+finalises. Rows can be split over several programs (``num_splits``) so that
+small N still fills the GPU, but a split only decides WHICH program reduces a
+tile, never how: the bits of every output depend on V, ``block`` and
+``num_warps`` only, not on N, the split count or the GPU's SM count (issue 30:
+splits came from rows and SMs, 33 at 16 rows and 3 at 256 on an H200, and
+rounded differently). Nothing of size [N, V] is allocated; extra memory is
+O(N * tiles).
 
 This module imports triton at the top: import it through
 ``mrp_repro.kernels`` (the dispatcher), which does so lazily.
@@ -33,7 +39,9 @@ from .reference import ConfidenceOut, ResidualConfidenceOut
 
 __all__ = ["confidence", "residual_confidence", "interpreter_enabled"]
 
-_INT32_MAX = 2147483647
+_INT32_MAX = 2147483647  # host-side bound on V (a plain int: @triton.jit code may read only constexpr globals)
+_NO_INDEX = tl.constexpr(2147483647)  # "no index yet" inside the kernels; larger than any column
+TILE_BLOCKS = 4  # BLOCKs per tile when V holds at least that many (fewer partials; see _tiling)
 _SUPPORTED = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -50,85 +58,87 @@ def _confidence_partial_kernel(
     stride_c,  # row stride of C, in elements
     scale,  # fp32 scalar s in Z = A + s*C
     V,  # vocabulary size
-    chunk,  # columns handled by one split (a multiple of BLOCK)
-    num_splits,  # number of splits per row (= grid dim 1)
-    pm_ptr,  # *fp32 [N, S] out: max of Z over the split
-    ps_ptr,  # *fp32 [N, S] out: sum exp(Z - max) over the split
-    pt_ptr,  # *fp32 [N, S] out: sum exp(Z - max) * (Z - max) (if WITH_ENTROPY)
-    pidx_ptr,  # *int32 [N, S] out: lowest index attaining the split max
-    pma_ptr,  # *fp32 [N, S] out: max of A alone (if WITH_BASE_LSE)
-    psa_ptr,  # *fp32 [N, S] out: sum exp(A - max A) (if WITH_BASE_LSE)
+    n_tiles,  # tiles per row: cdiv(V, TILE_BLOCKS * BLOCK), fixed by V and BLOCK alone
+    tiles_per_split,  # tiles handled by one program (the last split may have fewer)
+    pm_ptr,  # *fp32 [N, n_tiles] out: max of Z over the tile
+    ps_ptr,  # *fp32 [N, n_tiles] out: sum exp(Z - max) over the tile
+    pt_ptr,  # *fp32 [N, n_tiles] out: sum exp(Z - max) * (Z - max) (if WITH_ENTROPY)
+    pidx_ptr,  # *int32 [N, n_tiles] out: lowest index attaining the tile max
+    pma_ptr,  # *fp32 [N, n_tiles] out: max of A alone (if WITH_BASE_LSE)
+    psa_ptr,  # *fp32 [N, n_tiles] out: sum exp(A - max A) (if WITH_BASE_LSE)
     HAS_C: tl.constexpr,  # add scale*C to A
     WITH_ENTROPY: tl.constexpr,  # accumulate the entropy numerator t
     WITH_BASE_LSE: tl.constexpr,  # also accumulate logsumexp(A) (for log_softmax(A)[tok])
     BLOCK: tl.constexpr,  # columns per loop iteration (power of two)
+    TILE_BLOCKS: tl.constexpr,  # BLOCKs per tile: the unit whose partials are written
 ):
     row = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     lanes = tl.arange(0, BLOCK)
-    # per-lane running state
-    m = tl.full([BLOCK], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK], tl.float32)
-    t = tl.zeros([BLOCK], tl.float32)
-    idx = tl.full([BLOCK], _INT32_MAX, tl.int32)
-    ma = tl.full([BLOCK], float("-inf"), tl.float32)
-    sa = tl.zeros([BLOCK], tl.float32)
-    start = split * chunk
-    for k in range(0, chunk, BLOCK):
-        offs = start + k + lanes
-        mask = offs < V
-        a = tl.load(a_ptr + row * stride_a + offs, mask=mask, other=float("-inf")).to(tl.float32)
-        if HAS_C:
-            c = tl.load(c_ptr + row * stride_c + offs, mask=mask, other=0.0).to(tl.float32)
-            x = a + scale * c
-        else:
-            x = a
-        valid = mask & (x > float("-inf"))
-        new_max = valid & (x > m)  # strict: equal values keep the earlier index
-        e = tl.exp(-tl.abs(x - m))  # rescale factor if new_max, else weight of x
-        e = tl.where(valid, e, 0.0)
+    t_begin = split * tiles_per_split
+    t_end = tl.minimum(t_begin + tiles_per_split, n_tiles)
+    # One partial per TILE (fixed columns), never per split: a tile is always reduced the same way by whichever
+    # program owns it, so the result does not depend on the split count (rows, SM count).
+    for tile in range(t_begin, t_end):
+        # per-lane running state
+        m = tl.full([BLOCK], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK], tl.float32)
+        t = tl.zeros([BLOCK], tl.float32)
+        idx = tl.full([BLOCK], _NO_INDEX, tl.int32)
+        ma = tl.full([BLOCK], float("-inf"), tl.float32)
+        sa = tl.zeros([BLOCK], tl.float32)
+        for b in tl.static_range(TILE_BLOCKS):
+            offs = (tile * TILE_BLOCKS + b) * BLOCK + lanes
+            mask = offs < V
+            a = tl.load(a_ptr + row * stride_a + offs, mask=mask, other=float("-inf")).to(tl.float32)
+            if HAS_C:
+                c = tl.load(c_ptr + row * stride_c + offs, mask=mask, other=0.0).to(tl.float32)
+                x = a + scale * c
+            else:
+                x = a
+            valid = mask & (x > float("-inf"))
+            new_max = valid & (x > m)  # strict: equal values keep the earlier index
+            e = tl.exp(-tl.abs(x - m))  # rescale factor if new_max, else weight of x
+            e = tl.where(valid, e, 0.0)
+            if WITH_ENTROPY:
+                shift = tl.where(s > 0, (m - x) * s, 0.0)
+                t_new = tl.where(new_max, e * (t + shift), t + e * (x - m))
+                t = tl.where(valid, t_new, t)
+            s = tl.where(new_max, s * e + 1.0, s + e)
+            idx = tl.where(new_max, offs, idx)
+            m = tl.where(new_max, x, m)
+            if WITH_BASE_LSE:
+                va = mask & (a > float("-inf"))
+                nma = va & (a > ma)
+                ea = tl.where(va, tl.exp(-tl.abs(a - ma)), 0.0)
+                sa = tl.where(nma, sa * ea + 1.0, sa + ea)
+                ma = tl.where(nma, a, ma)
+        # merge the lanes
+        M = tl.max(m, axis=0)
+        live = s > 0
+        w = tl.where(live, tl.exp(m - M), 0.0)
+        out = row * n_tiles + tile
+        tl.store(pm_ptr + out, M)
+        tl.store(ps_ptr + out, tl.sum(s * w, axis=0))
+        tl.store(pidx_ptr + out, tl.min(tl.where(live & (m == M), idx, _NO_INDEX), axis=0))
         if WITH_ENTROPY:
-            shift = tl.where(s > 0, (m - x) * s, 0.0)
-            t_new = tl.where(new_max, e * (t + shift), t + e * (x - m))
-            t = tl.where(valid, t_new, t)
-        s = tl.where(new_max, s * e + 1.0, s + e)
-        idx = tl.where(new_max, offs, idx)
-        m = tl.where(new_max, x, m)
+            tl.store(pt_ptr + out, tl.sum(tl.where(live, w * (t + (m - M) * s), 0.0), axis=0))
         if WITH_BASE_LSE:
-            va = mask & (a > float("-inf"))
-            nma = va & (a > ma)
-            ea = tl.where(va, tl.exp(-tl.abs(a - ma)), 0.0)
-            sa = tl.where(nma, sa * ea + 1.0, sa + ea)
-            ma = tl.where(nma, a, ma)
-    # merge the lanes
-    M = tl.max(m, axis=0)
-    live = s > 0
-    w = tl.where(live, tl.exp(m - M), 0.0)
-    S = tl.sum(s * w, axis=0)
-    IDX = tl.min(tl.where(live & (m == M), idx, _INT32_MAX), axis=0)
-    out = row * num_splits + split
-    tl.store(pm_ptr + out, M)
-    tl.store(ps_ptr + out, S)
-    tl.store(pidx_ptr + out, IDX)
-    if WITH_ENTROPY:
-        T = tl.sum(tl.where(live, w * (t + (m - M) * s), 0.0), axis=0)
-        tl.store(pt_ptr + out, T)
-    if WITH_BASE_LSE:
-        MA = tl.max(ma, axis=0)
-        wa = tl.where(sa > 0, tl.exp(ma - MA), 0.0)
-        tl.store(pma_ptr + out, MA)
-        tl.store(psa_ptr + out, tl.sum(sa * wa, axis=0))
+            MA = tl.max(ma, axis=0)
+            wa = tl.where(sa > 0, tl.exp(ma - MA), 0.0)
+            tl.store(pma_ptr + out, MA)
+            tl.store(psa_ptr + out, tl.sum(sa * wa, axis=0))
 
 
 @triton.jit
 def _confidence_combine_kernel(
-    pm_ptr,  # *fp32 [N, S] per-split max
-    ps_ptr,  # *fp32 [N, S] per-split sum exp
-    pt_ptr,  # *fp32 [N, S] per-split entropy numerator (if WITH_ENTROPY)
-    pidx_ptr,  # *int32 [N, S] per-split first argmax
-    pma_ptr,  # *fp32 [N, S] per-split max of A (if HAS_TOKENS)
-    psa_ptr,  # *fp32 [N, S] per-split sum exp of A (if HAS_TOKENS)
-    num_splits,  # S
+    pm_ptr,  # *fp32 [N, T] per-tile max
+    ps_ptr,  # *fp32 [N, T] per-tile sum exp
+    pt_ptr,  # *fp32 [N, T] per-tile entropy numerator (if WITH_ENTROPY)
+    pidx_ptr,  # *int32 [N, T] per-tile first argmax
+    pma_ptr,  # *fp32 [N, T] per-tile max of A (if HAS_TOKENS)
+    psa_ptr,  # *fp32 [N, T] per-tile sum exp of A (if HAS_TOKENS)
+    n_tiles,  # T
     a_ptr,  # *A [N, V] logits A (read at the token only, if HAS_TOKENS)
     c_ptr,  # *C [N, V] residual C (read at the token only, if HAS_TOKENS)
     stride_a,  # row stride of A
@@ -143,31 +153,56 @@ def _confidence_combine_kernel(
     lpb_ptr,  # *fp32 [N] out: log_softmax(A)[row, tok] (if HAS_TOKENS)
     WITH_ENTROPY: tl.constexpr,  # write the entropy
     HAS_TOKENS: tl.constexpr,  # do the per-token gathers
-    BLOCK_S: tl.constexpr,  # next power of two >= S
+    BLOCK_T: tl.constexpr,  # tiles per loop iteration (power of two, fixed by T alone)
 ):
     row = tl.program_id(0).to(tl.int64)
-    j = tl.arange(0, BLOCK_S)
-    jm = j < num_splits
-    base = row * num_splits
-    m = tl.load(pm_ptr + base + j, mask=jm, other=float("-inf"))
-    s = tl.load(ps_ptr + base + j, mask=jm, other=0.0)
-    idx = tl.load(pidx_ptr + base + j, mask=jm, other=_INT32_MAX)
-    live = s > 0
-    M = tl.max(m, axis=0)
-    w = tl.where(live, tl.exp(m - M), 0.0)
-    S = tl.sum(s * w, axis=0)
-    IDX = tl.min(tl.where(live & (m == M), idx, _INT32_MAX), axis=0)
+    lanes = tl.arange(0, BLOCK_T)
+    base = row * n_tiles
+    # pass 1: the maxima (exact in any order) and the lowest index attaining the max of Z
+    mv = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    iv = tl.full([BLOCK_T], _NO_INDEX, tl.int32)
+    mav = tl.full([BLOCK_T], float("-inf"), tl.float32)
+    for j0 in range(0, n_tiles, BLOCK_T):
+        j = j0 + lanes
+        jm = j < n_tiles
+        m = tl.load(pm_ptr + base + j, mask=jm, other=float("-inf"))
+        s = tl.load(ps_ptr + base + j, mask=jm, other=0.0)
+        idx = tl.load(pidx_ptr + base + j, mask=jm, other=_NO_INDEX)
+        upd = (s > 0) & (m > mv)  # a lane sees its tiles in increasing order: strict keeps the lowest index
+        iv = tl.where(upd, idx, iv)
+        mv = tl.where(upd, m, mv)
+        if HAS_TOKENS:
+            mav = tl.maximum(mav, tl.load(pma_ptr + base + j, mask=jm, other=float("-inf")))
+    M = tl.max(mv, axis=0)
+    IDX = tl.min(tl.where(mv == M, iv, _NO_INDEX), axis=0)
+    MA = tl.max(mav, axis=0)
+    # pass 2: the sums, rescaled to the row max, in an order fixed by T (never by the split count)
+    sv = tl.zeros([BLOCK_T], tl.float32)
+    tv = tl.zeros([BLOCK_T], tl.float32)
+    sav = tl.zeros([BLOCK_T], tl.float32)
+    for j0 in range(0, n_tiles, BLOCK_T):
+        j = j0 + lanes
+        jm = j < n_tiles
+        m = tl.load(pm_ptr + base + j, mask=jm, other=float("-inf"))
+        s = tl.load(ps_ptr + base + j, mask=jm, other=0.0)
+        live = s > 0
+        w = tl.where(live, tl.exp(m - M), 0.0)
+        sv += s * w
+        if WITH_ENTROPY:
+            t = tl.load(pt_ptr + base + j, mask=jm, other=0.0)
+            tv += tl.where(live, w * (t + (m - M) * s), 0.0)
+        if HAS_TOKENS:
+            ma = tl.load(pma_ptr + base + j, mask=jm, other=float("-inf"))
+            sa = tl.load(psa_ptr + base + j, mask=jm, other=0.0)
+            sav += tl.where(sa > 0, sa * tl.exp(ma - MA), 0.0)
+    S = tl.sum(sv, axis=0)
     tl.store(argmax_ptr + row, IDX.to(tl.int64))
     tl.store(maxp_ptr + row, 1.0 / S)
     if WITH_ENTROPY:
-        t = tl.load(pt_ptr + base + j, mask=jm, other=0.0)
-        T = tl.sum(tl.where(live, w * (t + (m - M) * s), 0.0), axis=0)
+        T = tl.sum(tv, axis=0)
         tl.store(ent_ptr + row, tl.maximum(tl.log(S) - T / S, 0.0))
     if HAS_TOKENS:
-        ma = tl.load(pma_ptr + base + j, mask=jm, other=float("-inf"))
-        sa = tl.load(psa_ptr + base + j, mask=jm, other=0.0)
-        MA = tl.max(ma, axis=0)
-        SA = tl.sum(tl.where(sa > 0, sa * tl.exp(ma - MA), 0.0), axis=0)
+        SA = tl.sum(sav, axis=0)
         tok = tl.load(tok_ptr + row)
         a_t = tl.load(a_ptr + row * stride_a + tok).to(tl.float32)
         c_t = tl.load(c_ptr + row * stride_c + tok).to(tl.float32)
@@ -205,16 +240,24 @@ def check_device(name: str, x: torch.Tensor) -> None:
     )
 
 
-def _pick_splits(n: int, v: int, block: int, device: torch.device, num_splits: int | None) -> int:
-    max_splits = triton.cdiv(v, block)
+def _tiling(v: int, block: int) -> tuple[int, int]:
+    """(blocks per tile, tiles per row): fixed by V and BLOCK alone, so the result is too (never by N or SMs)."""
+    tile_blocks = TILE_BLOCKS if v >= TILE_BLOCKS * block else 1
+    return tile_blocks, triton.cdiv(v, tile_blocks * block)
+
+
+def _sm_count(device: torch.device) -> int | None:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+
+
+def _pick_splits(n: int, n_tiles: int, sms: int | None, num_splits: int | None) -> int:
+    """Programs per row: parallelism only (each owns whole tiles), so any choice gives the same bits."""
     if num_splits is not None:
-        return max(1, min(int(num_splits), max_splits))
-    if device.type != "cuda":
+        return max(1, min(int(num_splits), n_tiles))
+    if sms is None:
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    # aim for ~4 programs per SM, but keep >= 4 blocks of work per split
-    want = triton.cdiv(4 * sms, max(n, 1))
-    return max(1, min(want, triton.cdiv(v, 4 * block)))
+    # aim for ~4 programs per SM (small N still fills the GPU), at most one per tile
+    return max(1, min(triton.cdiv(4 * sms, max(n, 1)), n_tiles))
 
 
 def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
@@ -234,15 +277,16 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
         block = 1024 if v >= 1024 else triton.next_power_of_2(v)
     if block & (block - 1):
         raise ValueError(f"block must be a power of two, got {block}")
-    S = _pick_splits(n, v, block, dev, num_splits)
-    chunk = triton.cdiv(triton.cdiv(v, S), block) * block
-    S = triton.cdiv(v, chunk)
-    pm = torch.empty((n, S), dtype=f32, device=dev)
-    ps = torch.empty((n, S), dtype=f32, device=dev)
-    pidx = torch.empty((n, S), dtype=torch.int32, device=dev)
-    pt = torch.empty((n, S), dtype=f32, device=dev) if return_entropy else pm
-    pma = torch.empty((n, S), dtype=f32, device=dev) if has_tok else pm
-    psa = torch.empty((n, S), dtype=f32, device=dev) if has_tok else ps
+    tile_blocks, T = _tiling(v, block)
+    S = _pick_splits(n, T, _sm_count(dev), num_splits)
+    per_split = triton.cdiv(T, S)
+    S = triton.cdiv(T, per_split)
+    pm = torch.empty((n, T), dtype=f32, device=dev)
+    ps = torch.empty((n, T), dtype=f32, device=dev)
+    pidx = torch.empty((n, T), dtype=torch.int32, device=dev)
+    pt = torch.empty((n, T), dtype=f32, device=dev) if return_entropy else pm
+    pma = torch.empty((n, T), dtype=f32, device=dev) if has_tok else pm
+    psa = torch.empty((n, T), dtype=f32, device=dev) if has_tok else ps
     Cx = C if C is not None else A
     if num_warps is None:
         num_warps = 8 if block >= 2048 else 4
@@ -253,8 +297,8 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
         Cx.stride(0),
         float(scale),
         v,
-        chunk,
-        S,
+        T,
+        per_split,
         pm,
         ps,
         pt,
@@ -265,6 +309,7 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
         WITH_ENTROPY=bool(return_entropy),
         WITH_BASE_LSE=has_tok,
         BLOCK=block,
+        TILE_BLOCKS=tile_blocks,
         num_warps=num_warps,
     )
     tok = tokens if has_tok else out_argmax
@@ -275,7 +320,7 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
         pidx,
         pma,
         psa,
-        S,
+        T,
         A,
         Cx,
         A.stride(0),
@@ -290,7 +335,7 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
         out_lpb if has_tok else out_maxp,
         WITH_ENTROPY=bool(return_entropy),
         HAS_TOKENS=has_tok,
-        BLOCK_S=max(triton.next_power_of_2(S), 2),
+        BLOCK_T=min(max(triton.next_power_of_2(T), 2), 256),
         num_warps=1,
     )
     return out_argmax, out_maxp, out_ent, out_ctok, out_lp, out_lpb

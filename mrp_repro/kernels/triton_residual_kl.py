@@ -166,22 +166,29 @@ class ResidualKLFunction(torch.autograd.Function):
         if n:
             g = g.to(torch.float32).contiguous()
             blk = ctx.bwd_block
-            _residual_kl_bwd_kernel[(n, triton.cdiv(v, blk))](
-                A,
-                C,
-                B,
-                dC,
-                A.stride(0),
-                C.stride(0),
-                B.stride(0),
-                ctx.scale,
-                v,
-                lse_z,
-                lse_b,
-                g,
-                BLOCK=blk,
-                num_warps=4,
-            )
+            try:
+                _residual_kl_bwd_kernel[(n, triton.cdiv(v, blk))](
+                    A,
+                    C,
+                    B,
+                    dC,
+                    A.stride(0),
+                    C.stride(0),
+                    B.stride(0),
+                    ctx.scale,
+                    v,
+                    lse_z,
+                    lse_b,
+                    g,
+                    BLOCK=blk,
+                    num_warps=4,
+                )
+            except Exception as exc:  # the forward compiled but the backward did not: same fallback, same warning
+                from .dispatch import report_fallback
+
+                report_fallback("residual_kl", exc, "backward")
+                z = A.float() + ctx.scale * C.float()
+                dC = ((g * ctx.scale)[:, None] * (torch.softmax(z, -1) - torch.softmax(B.float(), -1))).to(C.dtype)
         return None, dC, None, None, None, None
 
 
