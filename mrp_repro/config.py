@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import shlex
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -326,6 +327,12 @@ class Profile:
     paper: PaperConfig
     description: str = ""
 
+    @property
+    def cli_arg(self) -> str:
+        """The profile as the user gave it to load_profile (a name or a path), shell-quoted: what printed advice
+        passes to --profile (`--profile <name>` for a profile read from my.yaml fails as an unknown profile)."""
+        return shlex.quote(self.__dict__.get("_given") or self.name)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (tuples become lists)."""
         return _to_plain(dataclasses.asdict(self))
@@ -354,7 +361,8 @@ class Profile:
         """A validated copy with dotted-key overrides, e.g. {"mrp.num_layers": 2}."""
         raw = self.to_dict()
         _apply_overrides(raw, overrides)
-        return _build_profile(raw, source=f"{self.name} (with overrides)")
+        out = _build_profile(raw, source=f"{self.name} (with overrides)")
+        return _given(out, self.__dict__.get("_given")) if out.name == self.name else out
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -659,4 +667,11 @@ def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> 
         raise ConfigError(f"{path}: name {raw.get('name')!r} must equal the file name {path.stem!r}")
     if overrides:
         _apply_overrides(raw, overrides)
-    return _build_profile(raw, source=str(path))
+    return _given(_build_profile(raw, source=str(path)), str(name_or_path))
+
+
+def _given(profile: Profile, arg: str | None) -> Profile:
+    """Remember the load_profile argument (Profile.cli_arg); not a field: the hash and equality ignore it."""
+    if arg:
+        object.__setattr__(profile, "_given", arg)
+    return profile

@@ -124,7 +124,7 @@ def backbone(
     elif src == "scratch":
         out = backbone_dir(profile)
         path = out / "model"
-        rerun = BACKBONE_COMMAND.format(name=profile.name)
+        rerun = BACKBONE_COMMAND.format(name=profile.cli_arg)
         from mrp_repro.training.backbone import finished, train_backbone
 
         if finished(out, quiet=not train_if_missing) is None:  # every output against done.json's sha256 record
@@ -178,7 +178,7 @@ def shared_backbone(profile: Profile, progress: bool = True) -> Backbone:
             and not (backbone_dir(profile) / "done.json").exists()):  # fmt: skip
         raise BackboneNotTrained(
             f"no trained backbone at {backbone_dir(profile)}, and torchrun ranks do not train one; run "
-            f"{BACKBONE_COMMAND.format(name=profile.name)} first (make reproduce NPROC=N does)"
+            f"{BACKBONE_COMMAND.format(name=profile.cli_arg)} first (make reproduce NPROC=N does)"
         )
     bb = backbone(profile, progress=progress) if d.is_main else None
     d.barrier()
@@ -292,7 +292,7 @@ def _trajectories(profile: Profile, bb: Backbone, source: str, out: Path, progre
         batch_size=profile.decoding.batch_size,
         chain_steps=profile.trajectories.chain_steps,
         profile_hash=profile.section_hash("trajectories", "data"),
-        rerun=f"{HEAD_COMMAND.format(name=profile.name)} (or notebook 02)",
+        rerun=f"{HEAD_COMMAND.format(name=profile.cli_arg)} (or notebook 02)",
     )
     return out
 
@@ -359,7 +359,7 @@ def _train_head(profile: Profile, bb: Backbone, out: Path, progress: bool, allow
             raise BackboneMismatchError(
                 f"{out} holds a finished head trained on another backbone than the one loaded "
                 f"({model_fingerprint(bb.model)}); rerunning the stage reuses it. Delete {out} and rerun "
-                f"{HEAD_COMMAND.format(name=profile.name)} to train one for this backbone, or pass "
+                f"{HEAD_COMMAND.format(name=profile.cli_arg)} to train one for this backbone, or pass "
                 f"--allow-backbone-mismatch (allow_backbone_mismatch=True) to use it anyway. ({e})"
             ) from e
         except (HeadNotFoundError, ckpt_io.CheckpointError) as e:

@@ -84,7 +84,6 @@ def test_read_only_runs_root_is_one_line_and_the_advice_recovers(tmp_path):
     assert proc.returncode == 0 and out.strip() == str(tmp_path / "mrp-runs" / "smoke" / "backbone-abc"), out
 
 
-
 def test_a_stray_checkpoint_name_is_ignored_not_a_valueerror(tmp_path):
     """A user's ckpt-200.bak beside ckpt-2/ (int("200.bak") was a ValueError in train_backbone's resume): the resume
     takes ckpt-2, and only ckpt-<step>/ directories are ever listed (so the cleanup never deletes the user's copy)."""
@@ -97,3 +96,37 @@ def test_a_stray_checkpoint_name_is_ignored_not_a_valueerror(tmp_path):
     (tmp_path / "ckpt-30").write_text("a file, not a checkpoint")
     assert _latest_checkpoint(tmp_path) == tmp_path / "ckpt-10"  # by step, not by name (10 > 2)
     assert [p.name for p in _checkpoint_dirs(tmp_path)] == ["ckpt-2", "ckpt-10"]
+
+
+def test_retrain_advice_reuses_the_profile_argument_as_given(tmp_path, monkeypatch, capsys):
+    """A profile given as a path (with a space in it): the advice printed `--profile <name>`, which then failed as an
+    unknown profile. Now it prints the path, and the printed command, run as printed, recovers."""
+    import shlex
+
+    from mrp_repro import stages
+    from mrp_repro.cli import run_cli
+
+    monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
+    monkeypatch.delenv("MRP_REPRO_FROM_SCRATCH", raising=False)
+    path = tmp_path / "my profiles" / "mine.yaml"
+    path.parent.mkdir()
+    path.write_text("extends: smoke\nname: mine\nbackbone_training: {steps: 2, ckpt_every: 1}\n")
+    p = load_profile(str(path))
+    assert p.cli_arg == shlex.quote(str(path)) and load_profile("smoke").cli_arg == "smoke"
+    from mrp_repro.training.backbone import train_backbone
+
+    train_backbone(p, stages.backbone_dir(p), progress=False, stop_after=1)
+    latest = stages.backbone_dir(p) / "ckpt-1"  # damaged: its error names the rerun command
+    (latest / "state.pt").write_bytes((latest / "state.pt").read_bytes()[:100])
+    with pytest.raises(SystemExit):
+        run_cli(stages.main, ["backbone", "--profile", str(path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"delete {latest} and rerun" in err, err
+    command = re.search(r"rerun (python -m mrp_repro\.stages backbone --profile (?:'[^']*'|\S+))", err).group(1)
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "mrp_repro.stages"] and argv[-1] == str(path), command
+    import shutil
+
+    shutil.rmtree(latest)  # the advice, as printed: delete the checkpoint and rerun the command
+    run_cli(stages.main, [*argv[3:], "--no-progress"])
+    assert (stages.backbone_dir(p) / "done.json").is_file()

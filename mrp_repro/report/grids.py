@@ -105,7 +105,7 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
                 paper.save_result(profile, name, held[held["setting"].isin(names)].reset_index(drop=True))
         elif d.active or "WORLD_SIZE" in os.environ:  # under torchrun, even with one rank: shards, resumable
             shard_dir = paper.results_dir(profile) / f"{name}.shards"
-            rerun = f"python -m mrp_repro.report.grids --profile {profile.name} --grid {name}"
+            rerun = f"python -m mrp_repro.report.grids --profile {profile.cli_arg} --grid {name}"
             out = paper.result_path(profile, name)
             collect_runs_sharded(profile, backbone, head, shard_dir, out, progress=progress, rerun=rerun, **spec)
         else:

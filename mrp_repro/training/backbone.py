@@ -371,7 +371,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     latest = _latest_checkpoint(out_dir) if resume else None
     if latest is not None:
         fix = (
-            f"delete {latest} and rerun {BACKBONE_COMMAND.format(name=profile.name)} "
+            f"delete {latest} and rerun {BACKBONE_COMMAND.format(name=profile.cli_arg)} "
             "(training restarts from step 0 and, with batches keyed by step, ends at the same weights)"
         )
         sd = ckpt_io.load_backbone(latest, dtype=torch.float32, fix=fix).state_dict()

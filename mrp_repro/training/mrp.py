@@ -468,7 +468,7 @@ def train_mrp(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, warm, tc.min_lr_ratio))
     curve, heldout, start = [], [], 0
     ck = out / "ckpt.pt"
-    rerun = HEAD_COMMAND.format(name=profile.name)
+    rerun = HEAD_COMMAND.format(name=profile.cli_arg)
     if resume and ck.exists():
         st = load_ckpt(ck, rerun, dev)
         head.load_state_dict(st["head"])

@@ -395,7 +395,7 @@ def train_online(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(steps, warm, tc.min_lr_ratio))
     curve, heldout, start = [], [], 0
     ck = out / "ckpt.pt"
-    rerun = HEAD_COMMAND.format(name=profile.name)
+    rerun = HEAD_COMMAND.format(name=profile.cli_arg)
     if resume and ck.exists():
         st = load_ckpt(ck, rerun, dev)
         if st.get("sft_data_sha256", data_sha) != data_sha:  # batches are indices into the packed data
