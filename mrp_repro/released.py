@@ -177,7 +177,12 @@ def load_released_head(spec: str, bb, objective: str = "residual", num_layers: i
     path = released_dir(spec, root)
     _, rev = parse_pretrained(spec)
     cfg_path = path / "config.json"
-    fix = f"delete {path} and fetch it again (huggingface-cli download {parse_pretrained(spec)[0]})"
+    name = parse_pretrained(spec)[0]
+    if Path(name).expanduser().is_dir() or (root is not None and (root / name).is_dir()):  # not from the hub
+        fix = (f"{path} is a local directory: restore it from where it came from, or set mrp.pretrained to an "
+               "intact copy (config.json + *.safetensors) or to the released head's hub id")  # fmt: skip
+    else:
+        fix = f"delete {path} and fetch it again (huggingface-cli download {name}{f' --revision {rev}' if rev else ''})"
     if not cfg_path.is_file():
         raise ckpt_io.CheckpointError(f"mrp.pretrained {spec!r}: {path} has no config.json; {fix}")
     try:

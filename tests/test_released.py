@@ -81,10 +81,15 @@ def test_layer_count_must_match_the_profile(setup):
 def test_truncated_weights_name_the_file_and_the_fix(setup):
     prof, bb, _, out = setup
     f = out / "model.safetensors"
-    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    whole = f.read_bytes()
+    f.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(CheckpointError) as e:
         stages.head(prof, bb, progress=False)
-    assert str(f) in str(e.value) and "fetch it again" in str(e.value)
+    # a local directory: the advice is to restore it (it once said `huggingface-cli download <this local path>`)
+    msg = str(e.value)
+    assert str(f) in msg and "is a local directory: restore it" in msg and "huggingface-cli" not in msg, msg
+    f.write_bytes(whole)  # the advice, followed
+    assert stages.head(prof, bb, progress=False).num_layers == 2
 
 
 def test_checkpoint_without_a_head_is_refused(setup, tmp_path):
@@ -266,6 +271,38 @@ def test_inputs_record_commits_and_sha256s_of_a_hub_checkpoint(setup, tmp_path, 
         inputs.record(P)
         err = capsys.readouterr().err
         assert f"head (mrp.pretrained): commit {b} -> {c}" in err and "changed since its cached results" in err
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)
+
+
+def test_a_flipped_byte_in_a_hub_cache_head_is_refused(setup, tmp_path, monkeypatch):
+    """The hub names an LFS blob by its sha256: a byte flipped in the cached head's model.safetensors (same size,
+    still a valid file) is an error naming the file, not a silent load reading as the pinned hash (before: loaded, and
+    inputs.file_sha256 returned the blob's name)."""
+    import huggingface_hub.constants
+
+    from mrp_repro import inputs
+
+    prof, bb, ours, out = setup
+    sha = "d" * 40
+    snap = _hub_snapshot(tmp_path / "hub", "heavyball/sdar-x-mrp-2lyr", out, sha)
+    blob = (snap / "model.safetensors").resolve()
+    data = bytearray(blob.read_bytes())
+    data[-3] ^= 0x01  # the last head tensor's bytes
+    blob.write_bytes(bytes(data))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    importlib.reload(huggingface_hub.constants)
+    try:
+        P = prof.replace({"mrp.pretrained": f"heavyball/sdar-x-mrp-2lyr@{sha}"})
+        with pytest.raises(CheckpointError, match=r"model\.safetensors has sha256 .*not its hub blob's name"):
+            stages.head(P, bb, progress=False)
+        with pytest.raises(CheckpointError, match="not its hub blob's name"):
+            inputs.file_sha256(snap / "model.safetensors", {})
+        data[-3] ^= 0x01
+        blob.write_bytes(bytes(data))  # restored: loads
+        assert torch.equal(_forward(stages.head(P, bb, progress=False), bb), _forward(ours.eval(), bb))
     finally:
         monkeypatch.undo()
         importlib.reload(huggingface_hub.constants)
