@@ -221,6 +221,19 @@ TABLE_COLUMNS: dict[str, str] = {
     "rounds x verify_cost + head calls x head_cost), forwards counting seeds and commits",
     "ceiling_speedup": "x: predicted_speedup at the oracle's TPF (every draft accepted) with the same verify_cost "
     "and head_cost (report.shapes.ceiling_speedup)",
+    "weighted_forwards": "byte-weighted forwards per prompt: backbone forwards (denoise + commit) + MRP head calls "
+    "x head_cost, the run's measured cost of one head call in backbone forwards at the table's batch size "
+    "(measure.cost.run_cost_model; report.wallclock.with_weighted_forwards)",
+    "weighted_tpf": "tokens per byte-weighted denoising forward: sum of tokens / sum of (denoise_forwards + "
+    "mrp_forwards x head_cost); equals tpf where no head is called",
+    "sanity_check": "the wall-clock sanity check (report.wallclock): ceiling (the speedup's CI upper bound within "
+    "CEILING_SLACK of its forward-count ceiling, nfe_speedup), agreement (two grids timing the same decode at the "
+    "same batch size give overlapping speedup CIs), repeatable (the grid's speedup CI meets the range of the "
+    "repeated interleaved passes, and its direction holds in every pass)",
+    "check_reference": "x: what the speedup is checked against: the ceiling with its slack (ceiling), the other "
+    "grid's speedup (agreement), the passes' median speedup (repeatable)",
+    "check_passed": "bool: the sanity check holds; a speed verdict reading a failed one is 'not measurable here'",
+    "check_detail": "the check's numbers in words: which grid, the CI, the bound or the other measurement",
     "method": "lookahead table: naive_mtp (mode naive: K + 1 tokens from one forward's uncorrected logits) or "
     "mrp (mode direct: K MRP head steps after the backbone's pick)",
     "lookahead_k": "tokens revealed per backbone forward beyond the backbone's own pick (the runs column K of "

@@ -35,7 +35,7 @@ import pandas as pd
 from mrp_repro.measure import stats
 from mrp_repro.measure.adjacent import RANDOM_MODELS, RELATIVE_KL_MAX, SUBSET, TRAINED
 from mrp_repro.measure.schema import require
-from mrp_repro.report import paper, pareto
+from mrp_repro.report import paper, pareto, wallclock
 from mrp_repro.report.verdicts import (
     DIRECTION,
     HOLDS,
@@ -596,6 +596,8 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
     modes = set(results["modes_runs"]["mode"]) if "modes_runs" in results else set()
     if {"static", "dynamic"} <= modes and modes & set(pareto.COMPARED):  # else: not measured
         out["matched_speed"] = pareto.matched_speed_table(results["modes_runs"], **kw)
+    if "wallclock_passes" in results:  # 05's repeated passes: the speed verdicts' sanity checks (report.wallclock)
+        out["wallclock_checks"] = wallclock.checks_table(results, **kw)
     return out
 
 
@@ -618,6 +620,7 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_m
             outs = c.check(tables, ctx)
         except KeyError as e:  # a table without a column the check reads (require names it)
             outs = na(f"could not read `{c.table}`: {type(e).__name__}: {e}")
+        outs = wallclock.gate(c.id, outs, tables.get("wallclock_checks"))  # a failed clock check: not measurable
         for o in outs:
             rows.append({"id": c.id, "scope": o.scope, "claim": c.text, "paper": o.paper, "ours": o.ours,
                          "verdict": o.verdict, "reason": o.reason, "extension": o.extension, "statistic": c.statistic,

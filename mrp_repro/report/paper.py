@@ -74,6 +74,8 @@ RESULTS = {
     "speculative_runs": ("05_speculative", "runs frame at batch 1: static + speculative(K, every drafter)"),
     "modes_runs": ("05_speculative", "runs frame of every mode at the decoding batch size (05-07 share it)"),
     "trace": ("07_remasking", "engine trace of one remasking generation"),
+    "wallclock_passes": ("05_speculative", "wall seconds of the speed verdicts' settings in repeated interleaved "
+                         "passes (report.wallclock.repeated_passes): the repeatable check"),
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read

@@ -26,7 +26,10 @@ SHORT = "holds in direction, not in size"
 NOT_SHOWN = "not shown"
 NOT = "does not hold"
 NA = "not measured"
-VERDICTS = (HOLDS, DIRECTION, SHORT, NOT_SHOWN, NOT, NA)
+#: a wall-clock verdict whose sanity checks fail (report.wallclock: ceiling, agreement, repeatable): no verdict on noise
+NOT_MEASURABLE = "not measurable here"
+VERDICTS = (HOLDS, DIRECTION, SHORT, NOT_SHOWN, NOT, NA, NOT_MEASURABLE)
+__all__ += ["NOT_MEASURABLE"]
 #: variance_claims' seed_kind of the rows judged over every seed run (report.variance); claims.md shows those
 ALL_SEEDS = "all seeds"
 
