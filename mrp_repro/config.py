@@ -559,9 +559,9 @@ def _check_values(p: Profile) -> None:
 def _build_profile(raw: Any, source: str) -> Profile:
     try:
         profile = _build_dataclass(Profile, raw, "<top>")
-    except ConfigError as e:
+        _check_values(profile)
+    except ConfigError as e:  # the file (or "<name> (with overrides)") first: which profile to fix
         raise ConfigError(f"{source}: {e}") from None
-    _check_values(profile)
     return profile
 
 

@@ -130,3 +130,26 @@ def test_retrain_advice_reuses_the_profile_argument_as_given(tmp_path, monkeypat
     shutil.rmtree(latest)  # the advice, as printed: delete the checkpoint and rerun the command
     run_cli(stages.main, [*argv[3:], "--no-progress"])
     assert (stages.backbone_dir(p) / "done.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("extends: smoke\nname: x\nmrp_training:\n  steps: [3\nseed: 2\n", "not valid YAML at line 5, column 5"),
+        ("extends: smoke\nname: x\nmrp_training: {lr: .nan}\n", "mrp_training.lr: nan is out of range, allowed > 0"),
+        ("extends: smoke\nname: x\nmodel: {num_kv_heads: 0}\n", "model.num_kv_heads: 0 is out of range"),
+        ("extends: smoke\nname: ..\n", "name '..' must be one path component"),
+    ],
+)
+def test_a_bad_profile_file_is_one_line_naming_the_file_at_the_command_line(tmp_path, capsys, text, expected):
+    """Through the stages CLI: a YAML syntax error was a 50-line traceback, num_kv_heads: 0 a ZeroDivisionError."""
+    from mrp_repro import stages
+    from mrp_repro.cli import run_cli
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        run_cli(stages.main, ["backbone", "--profile", str(path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path}: "), err
+    assert expected in err, err
