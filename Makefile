@@ -27,7 +27,8 @@ help:
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/; 25 min measured on tiny) and compares (docs/published.md)"
-	@echo "make gpu-check   setup, then the GPU check (kernels, bf16 verify, engine at SDAR-4B shapes; <= 8 min) into figures/gpu_check-<device>/"
+	@echo "make gpu-check   the GPU check with the machine's CUDA torch, no install (kernels vs reference, verify at SDAR-4B"
+	@echo "                 shapes, engine; ~6 min) into GPU_CHECK_OUT=figures/gpu_check/"
 	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: 12 heads on tiny, ~85 min measured on 2 shared"
 	@echo "                 cores; resumable) and notebook 10: figures/$(PROFILE)/ablation_*"
 	@echo "make variance    setup, then head and backbone seeds 0 1 2 on PROFILE (seed 0: the published run; opt-in: ~46 min"
@@ -56,8 +57,15 @@ test: setup
 reproduce: setup
 	$(if $(FROM_SCRATCH),MRP_REPRO_FROM_SCRATCH=$(FROM_SCRATCH) )$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
 
-gpu-check: setup
-	$(VPY) -m mrp_repro.gpu_check
+# No network, no install: a GPU machine's own python3 when its torch sees CUDA (the repo on PYTHONPATH; never
+# reinstalls torch), else the venv's (whose CPU torch makes gpu_check say, in one line, that there is no GPU).
+GPU_CHECK_OUT ?= figures/gpu_check
+gpu-check:
+	@if $(PYTHON) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then \
+	  echo "gpu-check: $(PYTHON)'s torch (CUDA), repo on PYTHONPATH"; \
+	  PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON) -m mrp_repro.gpu_check --out $(GPU_CHECK_OUT); \
+	elif [ -x $(VPY) ]; then $(VPY) -m mrp_repro.gpu_check --out $(GPU_CHECK_OUT); \
+	else echo "error: no torch with CUDA in $(PYTHON) and no $(VENV); run on a GPU machine (PYTHON=...)" >&2; exit 1; fi
 
 ablations: setup
 	$(VPY) -m mrp_repro.report.ablations --profile $(PROFILE)

@@ -8,8 +8,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
-
 from mrp_repro import gpu_check
 from mrp_repro.config import load_profile
 from mrp_repro.measure.stats import mean_ci
@@ -69,7 +67,10 @@ def test_wall_time_counts_each_grid_s_forwards(quick):
     assert slower > total["minutes"]  # a measured per-forward cost replaces the assumed one
 
 
-def test_gpu_check_writes_under_figures_by_device(tmp_path, monkeypatch):
-    monkeypatch.setenv("MRP_REPRO_FIGURES", str(tmp_path))
-    out = gpu_check.default_out(torch.device("cpu"))
-    assert out.parent == tmp_path and out.name.startswith("gpu_check-cpu")
+def test_gpu_check_writes_only_its_out_dir(tmp_path, monkeypatch):
+    """--out is the only output: nothing under figures/ or runs/ (it used to default to figures/gpu_check-<device>)."""
+    monkeypatch.setenv("MRP_REPRO_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
+    gpu_check.main(["--out", str(tmp_path / "out"), "--device", "cpu", "--small", "--sections", "verify_bitwise"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert not hasattr(gpu_check, "default_out")
