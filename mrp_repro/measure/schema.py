@@ -380,6 +380,16 @@ TABLE_COLUMNS: dict[str, str] = {
     "null": "claims: the comparison or null the statistic must beat",
     "paper_number": "claims: which of the paper's numbers (the declared paper model's) stands beside ours",
     "tolerance": "claims: the tolerance of a sized claim on a comparable profile; – otherwise",
+    "group": "claims: the tally group the row counts in (report.claims.GROUPS): paper (the paper's claims, the "
+    "headline), implementation (checks true by construction under exact verification), package (our own claims)",
+    "control": "claims: the no-MRP control beside an MRP verdict and MRP minus (or over) it with its paired CI "
+    "(report.claims_controls); blank for claims without MRP in them",
+    "control_verdict": "claims: holds (MRP beats its no-MRP control: CI clear of the null), not shown, does not hold "
+    "(the control is better), not measured; blank: no control",
+    "declared": "claims: the claim's statistic, null and control in one line, fixed in report/claims.py before the "
+    "numbers (version control)",
+    "stat": "claims: the statistic the row's check computed, in the words of its `declared` text",
+    "stat_null": "claims: the null the row's check compared with, in the words of its `declared` text",
 }
 
 #: runs columns that tables show aggregated over the row's prompts: column -> how (the quantity: RUN_COLUMNS)

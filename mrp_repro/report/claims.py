@@ -12,6 +12,13 @@ mrp_repro/paper_data/, for the same benchmark; blank where the paper has none), 
 rule. A check returns one row per scope: per benchmark where the paper reports per benchmark, and *extensions*
 (settings outside the paper's grid, e.g. τ = 0.3) in rows of their own, never folded into the paper's claim.
 
+Each claim also carries `declared`: its statistic, null and control in one line, fixed before the numbers were
+looked at and kept in version control (tests/test_claims.py checks that every check names the statistic and null it
+computes in that text), and a `group`: GROUPS, counted apart in claims.md's headline, which counts the paper's claims
+only (implementation checks are true by construction under exact verification; the package's own claims are ours).
+Every MRP claim has a no-MRP control beside it (report.claims_controls): MRP minus the control, paired over prompts;
+where the run decoded the controls an MRP verdict holds only if MRP beats its control.
+
 Verdicts (report.verdicts.VERDICTS, re-exported here), the same rule shape for every claim with a CI:
 - ``holds``: the statistic's CI clears the null (and, for a sized claim on a comparable profile, the paper's
   number within the tolerance);
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -35,7 +42,10 @@ import pandas as pd
 from mrp_repro.measure import stats
 from mrp_repro.measure.adjacent import RANDOM_MODELS, RELATIVE_KL_MAX, SUBSET, TRAINED
 from mrp_repro.measure.schema import require
+from mrp_repro.report import claims_controls as cc
+from mrp_repro.report import claims_remask as cr
 from mrp_repro.report import paper, pareto, wallclock
+from mrp_repro.report.claims_remask import GAIN_TOLERANCE, REMASK_CLAIMS_FROM, paper_taus
 from mrp_repro.report.verdicts import (
     DIRECTION,
     HOLDS,
@@ -56,8 +66,8 @@ from mrp_repro.report.verdicts import (
     write_report,
 )
 
-__all__ = ["Claim", "CLAIMS", "PAPER_SPEC_K", "SPEEDUP_TOLERANCE", "GAIN_TOLERANCE", "DIRECT_MAX_DROP",
-           "tables_from_results", "check_claims", "is_numeric_profile", "paper_taus",
+__all__ = ["Claim", "CLAIMS", "GROUPS", "PAPER_SPEC_K", "SPEEDUP_TOLERANCE", "GAIN_TOLERANCE", "DIRECT_MAX_DROP",
+           "tables_from_results", "check_claims", "is_numeric_profile", "paper_taus", "REMASK_CLAIMS_FROM",
            # the verdict vocabulary and the writer (report.verdicts), for the report's callers
            "VERDICTS", "HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "Outcome", "report_markdown",
            "write_report"]  # fmt: skip
@@ -66,13 +76,17 @@ __all__ = ["Claim", "CLAIMS", "PAPER_SPEC_K", "SPEEDUP_TOLERANCE", "GAIN_TOLERAN
 PAPER_SPEC_K = 3
 #: sized claims on comparable profiles: speedup >= (1 - SPEEDUP_TOLERANCE) x the paper's
 SPEEDUP_TOLERANCE = 0.10
-#: sized claims on comparable profiles: accuracy gains / changes >= the paper's - GAIN_TOLERANCE points
-GAIN_TOLERANCE = 5.0
 #: "a little accuracy" (direct mode): the paired accuracy change's CI must stay above -DIRECT_MAX_DROP points
 #: (the paper's largest direct drop is 9.8, SDAR-8B HumanEval step 2)
 DIRECT_MAX_DROP = 10.0
 #: the paper's direct-mode steps
 DIRECT_STEPS = (1, 2)
+
+
+#: the three groups of the tally, counted apart: the paper's claims (the headline), the implementation's checks (true
+#: by construction under exact verification, for any weights), the package's own claims (not the paper's)
+GROUPS = {"paper": "the paper's claims", "implementation": "implementation checks (true by construction under "
+          "exact verification)", "package": "the package's own claims (not the paper's)"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -87,13 +101,9 @@ class Claim:
     rule: str  # the verdict rule, as printed
     table: str  # the table it reads
     check: Callable[[dict[str, pd.DataFrame], Context], list[Outcome]] = field(repr=False)
-
-
-def paper_taus(paper_model: str) -> tuple[float, float] | None:
-    """(lowest, highest) τ of the paper's remasking table for `paper_model`, or None when it has no rows."""
-    t = paper.load("remasking")
-    t = t[t["model"] == paper_model]
-    return None if t.empty else (float(t["threshold"].min()), float(t["threshold"].max()))
+    group: str = "paper"  # GROUPS
+    #: statistic, null and control in one line, declared before looking; must name each Outcome's stat and null
+    declared: str = ""
 
 
 def _paper_row(table: str, ctx: Context, **keys) -> pd.DataFrame:
@@ -140,9 +150,6 @@ def _adjacent_similar(tables, ctx) -> list[Outcome]:
     return [Outcome("distance 1", ours, "", v, reason)]
 
 
-#: the remasking rows the claims read (tables_from_results), named in each remasking claim's "ours": our family's
-#: paper-v2 rule; upstream remasking (the released code's delta veto) is tabulated beside it (07's by-rule table)
-REMASK_CLAIMS_FROM = dict(algorithm="ours", rule="tau")
 _REMASK_FAMILY = f"algorithm {REMASK_CLAIMS_FROM['algorithm']}, rule {REMASK_CLAIMS_FROM['rule']}"
 
 
@@ -209,6 +216,15 @@ def _spec_accuracy(tables, ctx) -> list[Outcome]:
     return out
 
 
+def _named(check, stat: str, null: str):
+    """check, its outcomes naming the statistic and null it computes (not-measured rows name none)."""
+
+    def named(tables, ctx) -> list[Outcome]:
+        return [o if o.verdict == NA else replace(o, stat=stat, null=null) for o in check(tables, ctx)]
+
+    return named
+
+
 def _spec_speedup(tables, ctx) -> list[Outcome]:
     if m := missing(tables, "speculative"):
         return m
@@ -230,8 +246,9 @@ def _spec_speedup(tables, ctx) -> list[Outcome]:
                HOLDS: f"CI above 1 and within {SPEEDUP_TOLERANCE:.0%} of the paper's {fmt(p, 2)}× or above",
                DIRECTION: "CI above 1: faster than static; the size is not compared on this profile",
                SHORT: f"CI above 1, but below {1 - SPEEDUP_TOLERANCE:.2f} × the paper's {fmt(p, 2)}×"}[v]  # fmt: skip
-        out.append(Outcome(f"{r.benchmark}, {r.algorithm}", f"{fmt_ci(x, lo, hi, 2)}× (K={PAPER_SPEC_K})",
-                           f"{fmt(p, 2)}×" if has_p else "", v, why))  # fmt: skip
+        o = Outcome(f"{r.benchmark}, {r.algorithm}", f"{fmt_ci(x, lo, hi, 2)}× (K={PAPER_SPEC_K})",
+                    f"{fmt(p, 2)}×" if has_p else "", v, why, False, "wall-clock speedup over static(1)", "1")
+        out.append(cc.gate(o, cc.speculative(tables, ctx, r.benchmark, r.algorithm, PAPER_SPEC_K), ctx))
     return out
 
 
@@ -279,11 +296,13 @@ def _direct_tradeoff(tables, ctx) -> list[Outcome]:
                "is not compared on this profile",
                SHORT: "faster with more steps, but outside the tolerance of the paper's speedup or accuracy "
                "change"}[v]  # fmt: skip
-        out.append(Outcome(bench, "; ".join(parts), "; ".join(paper_parts), v, why))
+        o = Outcome(bench, "; ".join(parts), "; ".join(paper_parts), v, why, False,
+                    "speedup over static(1) and paired accuracy change", f"-{DIRECT_MAX_DROP:g} points")
+        out.append(cc.gate(o, cc.direct(tables, ctx, bench, DIRECT_STEPS), ctx))
     return out
 
 
-def _lookahead_pairs(tables, bench) -> dict[int, dict]:
+def _lookahead_pairs(tables, bench, n_boot: int = 1000, ci: float = 0.95) -> dict[int, dict]:
     """K -> paired accuracy difference (mrp - naive_mtp) on the same problems, lookahead runs of `bench`."""
     runs = tables["lookahead_runs"]
     runs = runs[runs["benchmark"] == bench]
@@ -293,204 +312,101 @@ def _lookahead_pairs(tables, bench) -> dict[int, dict]:
         d = g.set_index("problem_id")["correct"]
         ids = d.index.intersection(nv.index)
         if len(ids):
-            out[int(k)] = stats.paired_diff(d[ids].astype(float), nv[ids].astype(float))
+            out[int(k)] = stats.paired_diff(d[ids].astype(float), nv[ids].astype(float), n_boot, ci)
     return out
+
+
+def _static_correct(tables, bench) -> pd.Series | None:
+    t = tables.get("static_runs")
+    if t is None:
+        return None
+    t = t[(t["benchmark"] == bench) & (t["mode"] == "static") & (t["algorithm"] == "ours")]
+    return t.set_index("problem_id")["correct"].astype(float) if len(t) else None
 
 
 def _naive_collapses(tables, ctx) -> list[Outcome]:
-    if m := missing(tables, "lookahead"):
+    if m := missing(tables, "lookahead_runs", "static_runs"):
         return m
-    t = require(tables["lookahead"], ["benchmark", "method", "lookahead_k", "accuracy", "accuracy_lo", "accuracy_hi",
-                                      "paper_accuracy"], "naive-mtp-collapses")  # fmt: skip
+    runs = tables["lookahead_runs"]
     out = []
-    for bench, g in t[t["method"] == "naive_mtp"].groupby("benchmark", sort=False):
-        g = g.sort_values("lookahead_k")
-        if len(g) < 2:
-            out += na("fewer than two lookahead K for naive MTP", bench)
+    for bench in dict.fromkeys(runs["benchmark"]):
+        g = runs[(runs["benchmark"] == bench) & (runs["mode"] == "naive")]
+        static = _static_correct(tables, bench)
+        if g.empty or static is None:
+            out += na("no naive MTP or static(1) rows", bench)
             continue
-        a, z = g.iloc[0], g.iloc[-1]
-        half = 0.5 * float(a["accuracy"])
-        v = direction(-float(z["accuracy_hi"]), -float(z["accuracy_lo"]), -half)
-        ours = f"K={int(a['lookahead_k'])} {fmt(a['accuracy'])}% → K={int(z['lookahead_k'])} " + fmt_ci(
-            z["accuracy"], z["accuracy_lo"], z["accuracy_hi"]) + "%"
-        pp = g["paper_accuracy"].dropna()
-        paper_s = " → ".join(fmt(x) for x in pp) if len(pp) else ""
-        why = {HOLDS: "the largest K's accuracy CI is below half of K=1's", NOT: "the largest K's accuracy CI is "
-               "above half of K=1's", NOT_SHOWN: "the largest K's accuracy CI holds half of K=1's"}[v]  # fmt: skip
-        out.append(Outcome(bench, ours, paper_s, v, why))
+        kmax = float(g["K"].max())
+        z = g[g["K"] == kmax].set_index("problem_id")["correct"].astype(float)
+        ids = z.index.intersection(static.index)
+        # per prompt: naive(Kmax) - half of static: its mean below 0 = below half of static's accuracy
+        d = stats.paired_diff(z[ids], 0.5 * static[ids], ctx.n_boot, ctx.ci)
+        v = direction(-d["diff_hi"], -d["diff_lo"], 0.0)
+        ours = (f"naive_mtp({int(kmax)}) {100 * z[ids].mean():.1f}% vs static(1) {100 * static[ids].mean():.1f}%: "
+                f"naive − half of static {fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)} pts")  # fmt: skip
+        pt = _paper_row("lookahead", ctx, benchmark=paper.BENCHMARK_MAP.get(bench), method="naive_mtp")
+        paper_s = " → ".join(fmt(x) for x in pt.sort_values("lookahead_k")["accuracy"]) if len(pt) else ""
+        why = {HOLDS: "the largest K's accuracy is below half of static(1)'s (paired CI)", NOT: "the largest K keeps "
+               "more than half of static(1)'s accuracy (CI)", NOT_SHOWN: "the CI holds half of static(1)'s "
+               "accuracy"}[v]  # fmt: skip
+        out.append(Outcome(bench, ours, paper_s, v, why, False, "naive MTP at the largest K minus half of static(1)",
+                           "0"))  # fmt: skip
     return out
+
+
+#: the paper's lookahead table (SDAR-4B GSM8K, its only model there): MRP accuracy by K, the reference of the
+#: graceful bound whatever the declared model
+GRACEFUL_MODEL = "SDAR-4B"
+
+
+def _graceful_bounds() -> dict[int, float]:
+    """K -> the bound on MRP's paired accuracy change direct(K) − static(1): the paper's change from its K = 1 minus
+    GAIN_TOLERANCE (SDAR-4B GSM8K: K=2 −3.7, K=3 −17.7, K=4 −31.4 → −8.7, −22.7, −36.4)."""
+    t = paper.load("lookahead")
+    t = t[(t["model"] == GRACEFUL_MODEL) & (t["method"] == "mrp")].set_index("lookahead_k")["accuracy"]
+    if 1 not in t.index:
+        return {}
+    return {int(k): float(t[k] - t[1]) - GAIN_TOLERANCE for k in t.index if k >= 2}
 
 
 def _mrp_graceful(tables, ctx) -> list[Outcome]:
-    if m := missing(tables, "lookahead", "lookahead_runs"):
+    if m := missing(tables, "lookahead_runs", "static_runs"):
         return m
-    t = require(tables["lookahead"], ["benchmark", "method", "lookahead_k", "paper_accuracy"], "mrp-graceful")
+    runs = tables["lookahead_runs"]
+    bounds = _graceful_bounds()
     out = []
-    for bench, g in t.groupby("benchmark", sort=False):
-        pairs = {k: d for k, d in _lookahead_pairs(tables, bench).items() if k >= 2}
-        if not pairs:
-            out += na("no lookahead K >= 2 with both MRP and naive MTP", bench)
+    for bench in dict.fromkeys(runs["benchmark"]):
+        d = runs[(runs["benchmark"] == bench) & (runs["mode"] == "direct")]
+        one = _static_correct(tables, bench)
+        ks = sorted(int(k) for k in d["K"].unique() if k >= 2 and int(k) in bounds)
+        if one is None or not ks:
+            out += na("no static(1) and direct(K >= 2) rows with a paper bound", bench)
             continue
-        vs = [direction(d["diff_lo"], d["diff_hi"], 0.0) for d in pairs.values()]
+        parts, vs = [], []
+        for k in ks:
+            x = d[d["K"] == k].set_index("problem_id")["correct"].astype(float)
+            ids = x.index.intersection(one.index)
+            dd = stats.paired_diff(x[ids], one[ids], ctx.n_boot, ctx.ci)
+            vs.append(direction(dd["diff_lo"], dd["diff_hi"], bounds[k]))
+            parts.append(f"K={k} {fmt_ci(dd['diff'], dd['diff_lo'], dd['diff_hi'], 1, True)} (bound {bounds[k]:+.1f})")
         v = NOT if NOT in vs else (NOT_SHOWN if NOT_SHOWN in vs else HOLDS)
-        ours = "MRP − naive: " + ", ".join(f"K={k} {fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}"
-                                            for k, d in sorted(pairs.items()))  # fmt: skip
-        p = g.pivot_table(index="lookahead_k", columns="method", values="paper_accuracy")
-        paper_s = ""
-        if {"mrp", "naive_mtp"} <= set(p.columns) and p.notna().any().any():
-            paper_s = ", ".join(f"K={k} {p.loc[k, 'mrp'] - p.loc[k, 'naive_mtp']:+.1f}" for k in p.index if k >= 2)
-        why = {HOLDS: "the paired difference's CI is above 0 at every K >= 2", NOT: "MRP is below naive MTP at some "
-               "K >= 2 (CI below 0)", NOT_SHOWN: "at some K >= 2 the paired difference's CI holds 0"}[v]  # fmt: skip
-        out.append(Outcome(bench, ours, paper_s, v, why))
+        why = {HOLDS: "at every K >= 2 the drop from static(1) is within the paper's drop plus the tolerance (CI)",
+               NOT: "at some K the drop from static(1) is larger than the paper's plus the tolerance (CI below the "
+               "bound)",
+               NOT_SHOWN: "at some K the CI holds the bound"}[v]  # fmt: skip
+        p = paper.load("lookahead")
+        p = p[(p["model"] == GRACEFUL_MODEL) & (p["method"] == "mrp")].set_index("lookahead_k")["accuracy"]
+        paper_s = f"{GRACEFUL_MODEL} GSM8K: " + ", ".join(f"K={k} {p[k] - p[1]:+.1f}" for k in ks if k in p.index)
+        o = Outcome(bench, "direct(K) − static(1): " + "; ".join(parts) + " pts", paper_s, v, why, False,
+                    "paired accuracy change direct(K) − static(1)", "the paper's change minus the tolerance")
+        out.append(cc.gate(o, cc.lookahead({k: v for k, v in _lookahead_pairs(tables, bench, ctx.n_boot, ctx.ci).items()
+                                            if k >= 2}), ctx))  # fmt: skip
     return out
-
-
-def _remask_rows(tables, ctx):
-    """The remasking table (rule tau) split into the paper's τ range and the extensions outside it."""
-    t = require(tables["remasking"], ["threshold", "benchmark", "gain", "gain_lo", "gain_hi", "paper_gain"],
-                "remasking claims")  # fmt: skip
-    rng = paper_taus(ctx.paper_model)
-    if rng is None:  # the declared model has no remasking rows: the paper's own grid, from any model
-        all_t = paper.load("remasking")["threshold"]
-        rng = (float(all_t.min()), float(all_t.max()))
-    inside = t["threshold"].between(rng[0] - 1e-9, rng[1] + 1e-9)
-    return t[inside], t[~inside], rng
-
-
-def _gain_outcome(r, scope: str, extension: bool = False) -> Outcome:
-    v = direction(float(r.gain_lo), float(r.gain_hi), 0.0)
-    why = {HOLDS: "the paired gain's CI is above 0", NOT: "the paired gain's CI is below 0",
-           NOT_SHOWN: "the paired gain's CI holds 0"}[v]  # fmt: skip
-    return Outcome(scope, f"{fmt_ci(r.gain, r.gain_lo, r.gain_hi, 1, True)} pts", "" if math.isnan(r.paper_gain)
-                   else f"{r.paper_gain:+.1f} pts", v, why, extension)  # fmt: skip
-
-
-def _remask_recovers(tables, ctx) -> list[Outcome]:
-    if m := missing(tables, "remasking"):
-        return m
-    inside, outside, (lo_tau, _) = _remask_rows(tables, ctx)
-    out = []
-    for bench, g in inside.groupby("benchmark", sort=False):
-        r = g[np.isclose(g["threshold"], lo_tau)]
-        out += ([_gain_outcome(next(r.itertuples()), f"{bench}, τ={lo_tau:g}")] if len(r) else
-                na(f"no remasking run at the paper's lowest τ = {lo_tau:g}", bench))  # fmt: skip
-    for r in outside[outside["threshold"] < lo_tau].itertuples():
-        out.append(_gain_outcome(r, f"{r.benchmark}, τ={r.threshold:g} (extension: not in the paper)", True))
-    return out
-
-
-def _remask_max(tables, ctx) -> list[Outcome]:
-    if m := missing(tables, "remasking"):
-        return m
-    inside, _, rng = _remask_rows(tables, ctx)
-    out = []
-    for bench, g in inside.groupby("benchmark", sort=False):
-        r = g.loc[g["gain"].idxmax()]
-        pb = paper.BENCHMARK_MAP.get(bench)
-        pt = _paper_row("remasking", ctx, benchmark=pb)
-        pt = pt.assign(gain=pt["mrp_remask_accuracy"] - pt["baseline_accuracy"])
-        has_p = not pt.empty
-        p_gain = float(pt["gain"].max()) if has_p else math.nan
-        p_s = f"{p_gain:+.1f} pts (τ={float(pt.loc[pt['gain'].idxmax(), 'threshold']):g})" if has_p else ""
-        d = direction(float(r["gain_lo"]), float(r["gain_hi"]), 0.0)
-        v = sized(d, ctx, has_p, has_p and float(r["gain"]) >= p_gain - GAIN_TOLERANCE)
-        why = {NOT_SHOWN: "the largest gain's CI holds 0", NOT: "the largest gain's CI is below 0",
-               HOLDS: f"the largest gain's CI is above 0, within {GAIN_TOLERANCE:g} points of the paper's or above",
-               DIRECTION: "the largest gain's CI is above 0; the size is not compared on this profile",
-               SHORT: f"the largest gain's CI is above 0, but more than {GAIN_TOLERANCE:g} points below the "
-               "paper's"}[v]  # fmt: skip
-        ours = f"{fmt_ci(r['gain'], r['gain_lo'], r['gain_hi'], 1, True)} pts (τ={r['threshold']:g}; τ in "
-        ours += f"{rng[0]:g}-{rng[1]:g})"
-        out.append(Outcome(bench, ours, p_s, v, why))
-    return out
-
-
-def _gain_difference(tables, bench, tau_a, tau_b, ctx) -> dict | None:
-    """Paired CI of gain(τ_a) - gain(τ_b) (rule tau): per prompt (remask_a - dynamic_a) - (remask_b - dynamic_b)."""
-    runs = tables.get("remasking_runs")
-    if runs is None:
-        return None
-    rule, algo = REMASK_CLAIMS_FROM["rule"], REMASK_CLAIMS_FROM["algorithm"]
-    runs = runs[(runs["benchmark"] == bench) & (runs["algorithm"] == algo)
-                & ((runs["mode"] == "dynamic") | (runs["rule"] == rule))]  # fmt: skip
-    per = {}
-    for key, tau in (("a", tau_a), ("b", tau_b)):
-        g = runs[np.isclose(runs["threshold"], tau)]
-        rem = g[g["mode"] == "remask"].set_index("problem_id")["correct"].astype(float)
-        dyn = g[g["mode"] == "dynamic"].set_index("problem_id")["correct"].astype(float)
-        per[key] = rem - dyn
-    ids = per["a"].dropna().index.intersection(per["b"].dropna().index)
-    if len(ids) == 0:
-        return None
-    return stats.paired_diff(per["a"][ids], per["b"][ids], ctx.n_boot, ctx.ci)
-
-
-def _remask_shrinks(tables, ctx) -> list[Outcome]:
-    if m := missing(tables, "remasking", "remasking_runs"):
-        return m
-    inside, outside, _ = _remask_rows(tables, ctx)
-    ran = sorted(set(inside["threshold"]))  # the paper-range τ this profile ran: its lowest vs its highest
-    if len(ran) < 2:
-        return na("fewer than two τ in the paper's range on this profile")
-    lo_tau, hi_tau = float(ran[0]), float(ran[-1])
-    out = []
-    below = [float(x) for x in sorted(set(outside["threshold"])) if x < lo_tau]
-    for bench in dict.fromkeys(inside["benchmark"]):
-        pt = _paper_row("remasking", ctx, benchmark=paper.BENCHMARK_MAP.get(bench))
-        pg = {float(r.threshold): r.mrp_remask_accuracy - r.baseline_accuracy for r in pt.itertuples()}
-        for tau_a, ext in [(lo_tau, False)] + [(x, True) for x in below]:
-            d = _gain_difference(tables, bench, tau_a, hi_tau, ctx)
-            scope = f"{bench}, τ={tau_a:g} vs {hi_tau:g}" + (" (extension: not in the paper)" if ext else "")
-            if d is None:
-                out += na(f"no remask(tau) and dynamic runs at τ = {tau_a:g} and {hi_tau:g}", scope)
-                continue
-            v = direction(d["diff_lo"], d["diff_hi"], 0.0)
-            why = {HOLDS: "gain(low τ) − gain(high τ) has a CI above 0", NOT: "the gain is larger at the high τ (CI "
-                   "below 0)", NOT_SHOWN: "the CI of gain(low τ) − gain(high τ) holds 0"}[v]  # fmt: skip
-            p_s = (f"{pg[tau_a]:+.1f} → {pg[hi_tau]:+.1f} pts" if tau_a in pg and hi_tau in pg else "")
-            diff = fmt_ci(d["diff"], d["diff_lo"], d["diff_hi"], 1, True)
-            out.append(Outcome(scope, f"{diff} pts", p_s, v, why, ext))
-    return out
-
-
-def _equal_speed(mode: str):
-    """remask (rule tau, the paper's τ range) or direct (the paper's steps) against the dynamic frontier."""
-
-    def check(tables, ctx) -> list[Outcome]:
-        if m := missing(tables, "matched_speed"):
-            return m
-        t = require(tables["matched_speed"], pareto.MATCHED_COLUMNS, f"{mode}-equal-speed")
-        t = t[t["mode"] == mode]
-        if mode == "remask":
-            rng = paper_taus(ctx.paper_model) or (0.5, 0.9)
-            t = t[t["threshold"].between(rng[0] - 1e-9, rng[1] + 1e-9)]
-            sel, others = t[t["rule"] == "tau"], t[t["rule"] != "tau"]
-        else:
-            sel, others = t[t["K"].isin(DIRECT_STEPS)], t.iloc[0:0]
-        out = []
-        for (bench, axis), g in sel.groupby(["benchmark", "axis"], sort=False):
-            g = g[g["at_equal_speed"] != "beyond"]
-            scope = f"{bench}, equal {axis}"
-            if g.empty:
-                out += na("every setting is faster than the whole dynamic frontier", scope)
-                continue
-            best = g.loc[g["margin"].idxmax()]
-            v = direction(float(best["margin_lo"]), float(best["margin_hi"]), 0.0)
-            margin = fmt_ci(best["margin"], best["margin_lo"], best["margin_hi"], 1, True)
-            ours = f"best {best['setting']}: {margin} pts"
-            o = others[(others["benchmark"] == bench) & (others["axis"] == axis)]
-            o = o[o["at_equal_speed"] == "beats"]
-            ours += "; other rules beating the frontier: " + (", ".join(o["setting"]) if len(o) else "none")
-            why = {HOLDS: "the best setting's margin over the frontier has a CI above 0",
-                   NOT: "even the best setting is below the frontier (CI below 0)",
-                   NOT_SHOWN: "the best setting's margin CI holds 0: not shown to beat dynamic"}[v]  # fmt: skip
-            out.append(Outcome(scope, ours, "", v, why))
-        return out
-
-    return check
 
 
 _CI_RULE = "holds: CI above the null; does not hold: CI below it; not shown: the CI holds it"
+
+_CONTROL_GATE = ("where the run decoded the controls, a holding verdict reads not shown unless MRP beats its control "
+                 "(report.claims_controls)")
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("adjacent-similar", "Logits of a block at adjacent denoising steps are very similar.",
@@ -501,27 +417,41 @@ CLAIMS: tuple[Claim, ...] = (
           f"{RELATIVE_KL_MAX} (adjacent steps an order of magnitude closer than two positions); the random inits of "
           "the same shape must fail it", "none (qualitative)", "–",
           f"holds: CI at or below {RELATIVE_KL_MAX} and every random init's CI above; does not hold: CI above; not "
-          "shown: the CI holds it, or a random init passes too", "adjacent", _adjacent_similar),
+          "shown: the CI holds it, or a random init passes too", "adjacent",
+          _named(_adjacent_similar, "relative KL", str(RELATIVE_KL_MAX)),
+          declared=f"statistic: relative KL (median adjacent-step KL over the median KL between two positions), "
+          f"bootstrap CI over positions; null: {RELATIVE_KL_MAX}; control: the random inits of the same shape, which "
+          "must fail it"),
     Claim("mrp-fits-residual", "A small MRP head learns the residual B − A, so A + C approximates the next step.",
           "method", "held-out KL(B‖A+C) at the last training step, or of the loaded released head (04_train_mrp)",
           "the uncorrected KL(B‖A)", "none (training objective)", "–",
           "holds: below the uncorrected KL; else does not hold", "mrp_curve",
-          _mrp_fits_residual),
+          _named(_mrp_fits_residual, "held-out KL(B‖A+C)", "KL(B‖A)"),
+          declared="statistic: held-out KL(B‖A+C) of the head (no CI: one held-out set); null: KL(B‖A), which is "
+          "also the zero head's (C = 0) value, i.e. the control"),
     Claim("speculative-lossless", "Speculative mode is lossless: output identical to static greedy decoding.",
           "abstract; speculative table", "share of outputs token-identical to static(1) (batch-1 grid, every K)",
           "1.0 (exact)", "lossless", "–", "holds: 100% identical on every K; else does not hold", "speculative",
-          _spec_lossless),
+          _named(_spec_lossless, "share of outputs token-identical", "1.0"), group="implementation",
+          declared="statistic: share of outputs token-identical to static(1); null: 1.0; true by construction under "
+          "exact verification, for any head weights (an implementation check, not evidence about MRP)"),
     Claim("speculative-accuracy", "Speculative mode keeps the baseline's accuracy.", "speculative table",
           f"accuracy of speculative(K={PAPER_SPEC_K}, mrp) vs static(1) on the same prompts (batch-1 grid)",
           "static(1)'s accuracy (exact)", "speculative accuracy per benchmark (speculative.csv)", "–",
-          "holds: equal; else does not hold", "speculative", _spec_accuracy),
+          "holds: equal; else does not hold", "speculative",
+          _named(_spec_accuracy, "accuracy of speculative", "static(1)'s accuracy"), group="implementation",
+          declared="statistic: accuracy of speculative(3, mrp); null: static(1)'s accuracy (exact); true by "
+          "construction under exact verification, for any head weights (an implementation check)"),
     Claim("speculative-speedup", "Up to 1.4× lossless throughput speedup (K = 3).", "abstract; speculative table",
           f"wall-clock tokens/s of speculative(K={PAPER_SPEC_K}, mrp) over static(1), paired bootstrap CI over "
           "prompts; measurement of record: 05's batch-1 grid (speculative_runs: one prompt at a time, every "
           "setting of a prompt decoded in turn)", "1.0 (static)",
           "throughput_speedup per benchmark (speculative.csv, K = 3)",
           f"comparable profiles: speedup >= {1 - SPEEDUP_TOLERANCE:.2f} × the paper's",
-          f"{_CI_RULE}; sized (see tolerance)", "speculative", _spec_speedup),
+          f"{_CI_RULE}; sized (see tolerance); {_CONTROL_GATE}", "speculative", _spec_speedup,
+          declared="statistic: wall-clock speedup over static(1) of speculative(3, mrp), paired bootstrap CI over "
+          "prompts; null: 1; control: speculative(3, naive) (no head), the charged-TPF ratio MRP / control with head "
+          "calls charged at the measured head_cost, null 1; the oracle drafter's TPF as the ceiling"),
     Claim("direct-tradeoff", "Direct mode trades a little accuracy for more speed (MRP step 1 / step 2).",
           "direct table", "per benchmark and step: wall-clock speedup over static(1) (CI) and the paired accuracy "
           "change (CI), modes grid at the decoding batch size",
@@ -531,40 +461,66 @@ CLAIMS: tuple[Claim, ...] = (
           f"comparable profiles: speedup >= {1 - SPEEDUP_TOLERANCE:.2f} × the paper's and accuracy change >= the "
           f"paper's − {GAIN_TOLERANCE:g} points",
           "holds: every speedup CI above 1, step 2 faster, every accuracy-change CI above the bound; does not hold: a "
-          "CI on the wrong side or step 2 not faster; not shown: a CI holds its null", "direct", _direct_tradeoff),
+          f"CI on the wrong side or step 2 not faster; not shown: a CI holds its null; {_CONTROL_GATE}", "direct",
+          _direct_tradeoff,
+          declared=f"statistic: speedup over static(1) and paired accuracy change of direct(1), direct(2); null: "
+          f"speedup 1 and -{DIRECT_MAX_DROP:g} points; control: naive_mtp(K) (the zero head) and direct(K, untrained) "
+          "at K = 1, 2, paired accuracy difference MRP − control, null 0"),
     Claim("naive-mtp-collapses", "Naive multi-token prediction collapses as lookahead K grows.", "lookahead table",
-          "naive MTP accuracy at the largest lookahead K (CI), modes grid", "half of its accuracy at K = 1",
+          "paired per-prompt difference naive MTP(largest K) − half of static(1) (CI), modes grid",
+          "0 (naive MTP at the largest K keeps half of static(1)'s accuracy)",
           "naive_mtp accuracy by K (lookahead.csv; SDAR-4B GSM8K only)", "–",
-          "holds: CI below half; does not hold: CI above; not shown: the CI holds it", "lookahead", _naive_collapses),
+          "holds: CI below 0; does not hold: CI above; not shown: the CI holds it", "lookahead", _naive_collapses,
+          declared="statistic: naive MTP at the largest K minus half of static(1), paired over prompts; null: 0 "
+          "(collapse is judged against static(1), not against naive K = 1); no MRP in it, so no control"),
     Claim("mrp-graceful", "MRP degrades gracefully with lookahead where naive MTP collapses.", "lookahead table",
-          "paired accuracy difference direct(K) − naive MTP(K) on the same prompts, every K >= 2", "0",
-          "mrp − naive_mtp by K (lookahead.csv; SDAR-4B GSM8K only)", "–",
-          "holds: every CI above 0; does not hold: some CI below 0; not shown: otherwise", "lookahead", _mrp_graceful),
-    Claim("remask-recovers", "Remasking recovers accuracy lost at low confidence thresholds.",
-          "abstract; remasking table", f"paired accuracy gain of remask(τ, tau) over dynamic(τ) ({_REMASK_FAMILY}) at "
-          "the paper's lowest τ, per benchmark; τ below the paper's range in extension rows", "0",
-          "gain at the same τ and benchmark (remasking.csv)", "–", _CI_RULE, "remasking", _remask_recovers),
+          "paired accuracy change direct(K) − static(1) on the same prompts, every K >= 2 the paper has",
+          f"the paper's change at that K ({GRACEFUL_MODEL} GSM8K, its only lookahead model) minus {GAIN_TOLERANCE:g} "
+          "points", "mrp accuracy by K (lookahead.csv; SDAR-4B GSM8K only)", f"{GAIN_TOLERANCE:g} points (the bound)",
+          f"holds: every CI above its bound; does not hold: some CI below it; not shown: otherwise; {_CONTROL_GATE}",
+          "lookahead", _mrp_graceful,
+          declared=f"statistic: paired accuracy change direct(K) − static(1), K >= 2; null: the paper's change minus "
+          f"the tolerance (the paper's MRP from its K = 1, {GRACEFUL_MODEL} GSM8K: −3.7, −17.7, −31.4 at K = 2, 3, 4, "
+          f"minus {GAIN_TOLERANCE:g}; its table has no static row); control: naive_mtp(K), paired MRP − naive, null 0"),
+    Claim("remask-recovers", "Remasking recovers most of the accuracy lost at low confidence thresholds.",
+          "abstract; remasking table", f"recovery share (remask(τ) − dynamic(τ)) / (static(1) − dynamic(τ)) "
+          f"({_REMASK_FAMILY}) at the paper's lowest τ, per benchmark, paired bootstrap CI over prompts; τ below the "
+          "paper's range in extension rows", f"{cr.RECOVERS_MOST} (\"most\")",
+          "gain at the same τ and benchmark (remasking.csv)", "–", f"{_CI_RULE}; {_CONTROL_GATE}", "remasking",
+          cr.recovers,
+          declared=f"statistic: recovery share (remask − dynamic) / (static − dynamic) at τ = 0.5, paired bootstrap "
+          f"CI; null: {cr.RECOVERS_MOST}; control: random_veto(τ) (as many reveals revoked, at random), paired "
+          "accuracy remask − random veto, null 0; τ = 0.3 an extension, never in the paper's claim"),
     Claim("remask-max-gain", "Remasking gains up to +22.6 points (HumanEval, SDAR-8B) and +17.7 (GSM8K, SDAR-4B).",
           "abstract; remasking table",
-          f"the largest paired gain over the paper's τ range ({_REMASK_FAMILY}), per benchmark",
-          "0", "the declared model's largest gain over τ for the benchmark (remasking.csv)",
-          f"comparable profiles: gain >= the paper's − {GAIN_TOLERANCE:g} points", f"{_CI_RULE}; sized",
-          "remasking", _remask_max),
+          f"the largest paired gain over the paper's τ range ({_REMASK_FAMILY}), per benchmark, its CI Bonferroni-"
+          "corrected over the τ compared", "0", "the declared model's largest gain over τ for the benchmark "
+          "(remasking.csv)", f"comparable profiles: gain >= the paper's − {GAIN_TOLERANCE:g} points",
+          f"{_CI_RULE}; sized; {_CONTROL_GATE}", "remasking", cr.max_gain,
+          declared="statistic: largest paired gain remask(τ) − dynamic(τ) over the paper's τ, Bonferroni CI over the "
+          "τ compared; null: 0; control: random_veto at that τ, paired, null 0"),
     Claim("remask-gain-shrinks", "The lower the threshold, the more remasking helps.", "remasking table",
           "paired difference gain(lowest τ) − gain(highest τ) over the τ run within the paper's range (tiny: 0.5 "
           "and 0.9), rule tau, per benchmark; a τ below the paper's range vs the highest in extension rows", "0",
-          "the declared model's gains at those τ "
-          "(remasking.csv)", "–", _CI_RULE, "remasking", _remask_shrinks),
+          "the declared model's gains at those τ (remasking.csv)", "–", f"{_CI_RULE}; {_CONTROL_GATE}", "remasking",
+          cr.shrinks,
+          declared="statistic: gain(lowest τ) − gain(highest τ), paired over prompts; null: 0; control: random_veto "
+          "at the lowest τ, paired, null 0; τ = 0.3 an extension"),
     Claim("remask-equal-speed", "(Not a paper claim.) Remasking beats plain dynamic decoding at equal speed.",
-          "issue 23: matched-speed comparison", "accuracy margin of remask(τ, tau) over the dynamic frontier "
-          "(static + dynamic(τ), Pareto points joined) at the same TPF / wall-clock speedup, paired bootstrap CI; "
-          "the best τ in the paper's range, per benchmark and axis (report.pareto, matched_speed.md)", "0",
-          "none (the paper compares at equal τ only)", "–",
-          f"{_CI_RULE} (the best setting's margin)", "matched_speed", _equal_speed("remask")),
+          "issue 23: matched-speed comparison", "accuracy margin of remask(τ, tau) at the paper's τ = 0.5 over the "
+          "dynamic frontier (static + dynamic(τ), Pareto points joined) at the same TPF, the same TPF with head "
+          "calls charged at their measured cost (charged_tpf), and the same wall-clock speedup; paired bootstrap CI; "
+          "no best-of over τ (report.claims_remask)", "0", "none (the paper compares at equal τ only)", "–",
+          f"{_CI_RULE}; {_CONTROL_GATE}", "matched_speed", cr.equal_speed("remask"), group="package",
+          declared="statistic: margin over the dynamic frontier of remask(0.5, tau), per axis (tpf, charged_tpf, "
+          "wall_speedup), paired bootstrap CI; null: 0; control: random_veto(0.5), as remask-recovers"),
     Claim("direct-equal-speed", "(Not a paper claim.) Direct mode beats plain dynamic decoding at equal speed.",
           "issue 23: matched-speed comparison", f"accuracy margin of direct(K in {DIRECT_STEPS}) over the dynamic "
-          "frontier at the same TPF / wall-clock speedup, paired bootstrap CI; the better step, per benchmark and axis",
-          "0", "none", "–", f"{_CI_RULE} (the best setting's margin)", "matched_speed", _equal_speed("direct")),
+          "frontier at the same TPF, charged TPF and wall-clock speedup; the better step, its CI Bonferroni-corrected "
+          "over the steps", "0", "none", "–", f"{_CI_RULE} (the better step's margin, Bonferroni CI); {_CONTROL_GATE}",
+          "matched_speed", cr.equal_speed("direct", DIRECT_STEPS), group="package",
+          declared="statistic: margin over the dynamic frontier of the better of direct(1), direct(2), Bonferroni CI "
+          "over the two, per axis; null: 0; control: naive_mtp(K) and direct(K, untrained), as direct-tradeoff"),
 )  # fmt: skip
 
 
@@ -579,9 +535,11 @@ def is_numeric_profile(profile) -> bool:
 
 def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci: float = 0.95,
                         seed: int = 0) -> dict[str, pd.DataFrame]:  # fmt: skip
-    """The tables the claims read, built from the notebooks' result files (paper.RESULTS names)."""
+    """The tables the claims read, built from the notebooks' result files (paper.RESULTS names): the summaries, and
+    the runs frames the paired checks and the controls read (static_runs: our static(1) of modes_runs)."""
     out: dict[str, pd.DataFrame] = {}
-    for name in ("adjacent", "mrp_curve", "mrp_heldout", "backbone", "direct_runs", "lookahead_runs", "remasking_runs"):
+    for name in ("adjacent", "mrp_curve", "mrp_heldout", "backbone", "direct_runs", "lookahead_runs", "remasking_runs",
+                 "speculative_runs", "controls_runs", "cost_model"):  # fmt: skip
         if name in results:
             out[name] = results[name]
     kw = {"n_boot": n_boot, "ci": ci, "seed": seed}
@@ -593,9 +551,13 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
         out["lookahead"] = paper.lookahead_table(results["lookahead_runs"], **kw)
     if "remasking_runs" in results:
         out["remasking"] = paper.remasking_table(results["remasking_runs"], **REMASK_CLAIMS_FROM, **kw)
+    static = [results[n] for n in ("modes_runs", "backbone_runs", "direct_runs") if n in results]
+    if static:  # our static(1) on the decoding grid's prompts (the seed runs: their backbone grid)
+        s = static[0]
+        out["static_runs"] = s[(s["mode"] == "static") & (s["algorithm"] == "ours")]
     modes = set(results["modes_runs"]["mode"]) if "modes_runs" in results else set()
     if {"static", "dynamic"} <= modes and modes & set(pareto.COMPARED):  # else: not measured
-        out["matched_speed"] = pareto.matched_speed_table(results["modes_runs"], **kw)
+        out["modes_runs"] = results["modes_runs"]
     if "wallclock_passes" in results:  # 05's repeated passes: the speed verdicts' sanity checks (report.wallclock)
         out["wallclock_checks"] = wallclock.checks_table(results, **kw)
     return out
@@ -613,7 +575,8 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_m
     """One row per claim and scope: id, scope, claim, paper, ours, verdict, reason, extension, and the claim's
     declared test (statistic, null, paper_number, tolerance, verdict_rule, table, source). paper_model: the profile's
     declared paper.model (default: the tables' own paper_model column)."""
-    ctx = Context(numeric, paper_model if paper_model is not None else _declared_model(tables), n_boot, ci)
+    controls = tables.get("controls_runs") is not None and len(tables["controls_runs"]) > 0
+    ctx = Context(numeric, paper_model if paper_model is not None else _declared_model(tables), n_boot, ci, controls)
     rows = []
     for c in CLAIMS:
         try:
@@ -622,10 +585,11 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_m
             outs = na(f"could not read `{c.table}`: {type(e).__name__}: {e}")
         outs = wallclock.gate(c.id, outs, tables.get("wallclock_checks"))  # a failed clock check: not measurable
         for o in outs:
-            rows.append({"id": c.id, "scope": o.scope, "claim": c.text, "paper": o.paper, "ours": o.ours,
-                         "verdict": o.verdict, "reason": o.reason, "extension": o.extension, "statistic": c.statistic,
-                         "null": c.null, "paper_number": c.paper_number, "tolerance": c.tolerance,
-                         "verdict_rule": c.rule,
+            rows.append({"id": c.id, "group": c.group, "scope": o.scope, "claim": c.text, "paper": o.paper,
+                         "ours": o.ours, "verdict": o.verdict, "reason": o.reason, "extension": o.extension,
+                         "control": o.control, "control_verdict": o.control_verdict, "declared": c.declared,
+                         "stat": o.stat, "stat_null": o.null, "statistic": c.statistic, "null": c.null,
+                         "paper_number": c.paper_number, "tolerance": c.tolerance, "verdict_rule": c.rule,
                          "table": c.table, "source": c.source})  # fmt: skip
     return pd.DataFrame(rows)
 

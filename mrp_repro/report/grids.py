@@ -10,6 +10,11 @@
 GRIDS: backbone_runs (01: static + dynamic(tau), no head), speculative_runs (05: static + speculative at batch 1,
 LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size); the last two hold every
 algorithm of decoding.algorithms (ours, upstream: measure.runs.settings_for), labelled in the column `algorithm`.
+controls_runs (07, read by 09's claims): the no-MRP controls that modes_runs lacks (decoding.controls), at the
+decoding batch size on modes_runs' prompts: static(1) (the reference every grid starts with), the random veto at
+every remasking τ of the paper's range (CONTROL_TAUS) and direct(K, untrained) at the paper's direct steps. The
+other controls are modes_runs' own rows: speculative(K, naive) and (oracle) beside speculative(K, mrp), naive_mtp(K)
+beside direct(K) (= direct(K) with a zero head), dynamic(τ) beside remask(τ).
 Each is stored as report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame
 of another spec (a notebook parameter changed) is recollected. A grid that another holds in full (COVERED_BY: the
 same prompts and batch size, a subset of its settings) is that grid's rows, not decoded twice. In a plain process
@@ -32,12 +37,17 @@ from mrp_repro.measure.runs import collect_runs, settings_for
 from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
 
-__all__ = ["GRIDS", "LATENCY_PROMPTS", "grid_spec", "runs", "main"]
+__all__ = ["GRIDS", "LATENCY_PROMPTS", "CONTROL_TAUS", "CONTROL_STEPS", "control_settings", "grid_spec", "runs", "main"]
 
 #: prompts per benchmark decoded one at a time for the lossless speedup (05's n_latency default)
 LATENCY_PROMPTS = 64
 
-GRIDS = ("backbone_runs", "speculative_runs", "modes_runs")
+GRIDS = ("backbone_runs", "speculative_runs", "modes_runs", "controls_runs")
+
+#: controls_runs: the random veto's τ (the paper's remasking range, SDAR-8B: 0.5-0.9, as the profile runs them) and
+#: the untrained head's direct steps (the paper's direct table); their seed is the profile's
+CONTROL_TAUS = (0.5, 0.9)
+CONTROL_STEPS = (1, 2)
 
 #: a grid another may hold in full: when the wider grid decodes the same prompts at the same batch size and
 #: every one of its settings, its rows are read from the wider one instead of decoded twice (a profile with
@@ -55,7 +65,25 @@ def grid_spec(profile, head, name: str, n_prompts: int | None = None) -> dict:
         return dict(n_prompts=n, settings=settings_for(profile, head, ("static", "speculative")), batch_size=1)
     if name == "modes_runs":
         return dict(n_prompts=n_prompts, settings=settings_for(profile, head), batch_size=None)
+    if name == "controls_runs":
+        return dict(n_prompts=n_prompts, settings=control_settings(profile, head), batch_size=None)
     raise ValueError(f"unknown grid {name!r}; valid: {', '.join(GRIDS)}")
+
+
+def control_settings(profile, head) -> list:
+    """controls_runs' settings (the module docstring): none without a head (every control is of an MRP mode)."""
+    from mrp_repro.decoding import Static
+    from mrp_repro.decoding.controls import RandomVeto, UntrainedDirect, untrained_head
+
+    if head is None:
+        return [("static", Static(1))]
+    taus = sorted({0.5, 0.3, *profile.decoding.thresholds}, reverse=True)  # measure.runs' remasking τ
+    lo, hi = min(CONTROL_TAUS), max(CONTROL_TAUS)
+    out = [("static", Static(1))]
+    out += [("remask", RandomVeto(t, head=head, seed=profile.seed)) for t in taus if lo - 1e-9 <= t <= hi + 1e-9]
+    u = untrained_head(head, seed=profile.seed)
+    out += [("direct", UntrainedDirect(s, head=u)) for s in CONTROL_STEPS]
+    return out
 
 
 def _covering_grid(profile, head, name: str, spec: dict) -> str | None:

@@ -18,7 +18,7 @@ import pandas as pd
 
 __all__ = ["HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "VERDICTS", "Outcome", "Context", "na", "missing",
            "fmt", "fmt_ci", "direction", "sized", "ALL_SEEDS", "with_across_seeds", "report_markdown",
-           "write_report"]  # fmt: skip
+           "write_report", "tally"]  # fmt: skip
 
 HOLDS = "holds"
 DIRECTION = "holds in direction; size not compared"
@@ -44,6 +44,12 @@ class Outcome:
     verdict: str
     reason: str
     extension: bool = False
+    #: the statistic and null the check computed, in words its claim's `declared` text must contain (a test checks it)
+    stat: str = ""
+    null: str = ""
+    #: the no-MRP control beside an MRP verdict: what it is and MRP minus (or over) it with its CI; its verdict
+    control: str = ""
+    control_verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class Context:
     paper_model: str  # the declared paper model: every paper number comes from its rows
     n_boot: int = 1000
     ci: float = 0.95
+    #: the run decoded the no-MRP controls (controls_runs): an MRP verdict then holds only beside a control it beats
+    controls: bool = False
 
 
 def na(reason: str, scope: str = "") -> list[Outcome]:
@@ -114,40 +122,98 @@ def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.D
     return out
 
 
+#: claims.md's sections, in order: the report's `group` column (report.claims.GROUPS) and its heading
+_SECTIONS = (("paper", "The paper's claims"), ("package", "The package's own claims (not the paper's)"),
+             ("implementation", "Implementation checks (true by construction under exact verification)"))  # fmt: skip
+
+
+def _summary(rows: pd.DataFrame) -> str:
+    counts = rows["verdict"].value_counts()
+    return ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v, 0)) or "none"
+
+
+def _control_summary(rows: pd.DataFrame) -> str:
+    c = rows[rows["control_verdict"].astype(str) != ""]
+    if c.empty:
+        return "no verdict has a no-MRP control"
+    counts = c["control_verdict"].value_counts()
+    named = {HOLDS: "MRP beats its control", NOT_SHOWN: "not shown to beat it", NOT: "the control is better",
+             NA: "control not measured"}  # fmt: skip
+    return (f"{len(c)} of them are about MRP and have a no-MRP control beside them: "
+            + ", ".join(f"{counts.get(v, 0)} {named[v]}" for v in (HOLDS, NOT_SHOWN, NOT, NA) if counts.get(v, 0)))
+
+
+def tally(report: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The report's verdict rows (extensions left out) per group: paper, package, implementation."""
+    report = _with_columns(report)
+    main = report[~report["extension"].astype(bool)]
+    return {g: main[main["group"] == g] for g, _ in _SECTIONS}
+
+
+def _with_columns(report: pd.DataFrame) -> pd.DataFrame:
+    out = report.copy()
+    for c, default in (("group", "paper"), ("control", ""), ("control_verdict", ""), ("declared", "")):
+        if c not in out.columns:
+            out[c] = default
+        out[c] = out[c].fillna(default).astype(str) if c != "group" else out[c].fillna(default)
+    return out
+
+
 def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "",
                     across: pd.DataFrame | None = None) -> str:  # fmt: skip
-    report = with_across_seeds(report, across)
+    from mrp_repro.report.claims_controls import mode_sentences
+
+    report = with_across_seeds(_with_columns(report), across)
     main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
-    counts = main["verdict"].value_counts()
-    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS if counts.get(v, 0))
+    groups = tally(report)
+    paper_rows = groups["paper"]
     pm = paper_model or "the declared paper model"
     mode = ("comparable with the paper: sized claims are judged against the paper's numbers within the stated "
             "tolerance" if numeric else "not the paper's experiment (paper.comparable: false): sized claims are judged "
             "by direction only, and the paper's numbers stand beside ours for reference")  # fmt: skip
+    n_paper_claims = paper_rows["id"].nunique()
     lines = [f"# Claims: paper vs reproduced (profile `{profile_name}`, compared with {pm})", "",
-             f"Every paper number below is {pm}'s, for the same benchmark (blank where the paper has none). This "
-             f"profile is {mode}. {len(main)} verdicts over {report['id'].nunique()} claims: {summary}.", "",
-             "Verdicts: **holds** (the CI clears the null; a sized claim on a comparable profile also within "
-             "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
-             "size**; **not shown** (the CI holds the null); **does not hold** (the CI is on the wrong side); "
-             "**not measured**. Each claim's statistic, null, tolerance and rule are listed below the tables.", "",
-             _seeds_line(across, main), "",
-             f"| claim | scope | paper ({pm}) | ours | verdict | reason | robust | verdict_across_seeds |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in main.itertuples(index=False):
-        lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason,
-                            r.robust, r.verdict_across_seeds))  # fmt: skip
+             f"**The paper's claims: {len(paper_rows)} verdicts over {n_paper_claims} claims: "
+             f"{_summary(paper_rows)}.** {_control_summary(paper_rows)}. Counted apart: "
+             f"{len(groups['implementation'])} implementation checks ({_summary(groups['implementation'])}; true by "
+             f"construction under exact verification, for any head), {len(groups['package'])} verdicts of the "
+             f"package's own claims ({_summary(groups['package'])}), {len(ext)} extension rows beyond the paper's grid "
+             "(counted nowhere).", "",
+             "Does MRP itself help here? (from the control verdicts: MRP minus a decode without MRP, paired over "
+             "prompts; report.claims_controls)", ""]  # fmt: skip
+    lines += [f"- {s}" for s in mode_sentences(report).values()]
+    lines += ["", f"Every paper number below is {pm}'s, for the same benchmark (blank where the paper has none). This "
+              f"profile is {mode}. {len(main)} verdicts over {report['id'].nunique()} claims in all.", "",
+              "Verdicts: **holds** (the CI clears the null; a sized claim on a comparable profile also within "
+              "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
+              "size**; **not shown** (the CI holds the null, or MRP does not beat its no-MRP control); **does not "
+              "hold** (the CI is on the wrong side); **not measured**. Each claim's declared statistic, null and "
+              "control are listed below the tables.", "",
+              _seeds_line(across, main)]  # fmt: skip
+    head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | MRP vs its no-MRP control | control verdict "
+            "| robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for g, title in _SECTIONS:
+        rows = groups[g]
+        if rows.empty:
+            continue
+        lines += ["", f"## {title}", ""] + head
+        for r in rows.itertuples(index=False):
+            lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**",
+                                r.reason, r.control, r.control_verdict, r.robust, r.verdict_across_seeds))  # fmt: skip
     if len(ext):
-        lines += ["", "Extensions beyond the paper's grid (judged by the same rule; not part of the paper's claim):",
-                  "", "| claim | scope | paper | ours | verdict | reason | robust | verdict_across_seeds |",
-                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += ["", "## Extensions beyond the paper's grid (judged by the same rule; counted in no group)", "",
+                  "| claim | scope | paper | ours | verdict | reason | MRP vs its no-MRP control | control verdict | "
+                  "robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in ext.itertuples(index=False):
-            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason, r.robust,
-                                r.verdict_across_seeds))  # fmt: skip
-    lines += ["", "Each claim's declared test:", ""]
+            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason, r.control,
+                                r.control_verdict, r.robust, r.verdict_across_seeds))  # fmt: skip
+    lines += ["", "## Each claim's declared test", "",
+              "`declared` is fixed in mrp_repro/report/claims.py (version control) and names the statistic, null and "
+              "control the check computes (tests/test_claims.py holds the two together).", ""]
     for r in report.drop_duplicates("id").itertuples(index=False):
-        lines.append(f"- `{r.id}` ({r.source}; table `{r.table}`). Statistic: {r.statistic}. Null: {r.null}. "
-                     f"Paper: {r.paper_number}. Tolerance: {r.tolerance}. Rule: {r.verdict_rule}.")  # fmt: skip
+        lines.append(f"- `{r.id}` ({r.group}; {r.source}; table `{r.table}`). **Declared:** {r.declared}. "
+                     f"Statistic: {r.statistic}. Null: {r.null}. Paper: {r.paper_number}. Tolerance: {r.tolerance}. "
+                     f"Rule: {r.verdict_rule}.")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
