@@ -76,6 +76,9 @@ RESULTS = {
     "trace": ("07_remasking", "engine trace of one remasking generation"),
     "wallclock_passes": ("05_speculative", "wall seconds of the speed verdicts' settings in repeated interleaved "
                          "passes (report.wallclock.repeated_passes): the repeatable check"),
+    "controls_runs": ("07_remasking", "runs frame of the no-MRP controls (report.grids: random veto, untrained head)"),
+    "cost_model": ("07_remasking", "the run's cost model at the decoding batch size (measure.cost.run_cost_model): "
+                   "head_cost, one head call in backbone forwards, the charge of the equal-TPF control"),
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read
