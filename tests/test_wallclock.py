@@ -129,6 +129,14 @@ def test_weighted_forwards_charge_each_head_call_its_cost():
     assert direct["weighted_forwards"].notna().all()
     modes = wallclock.with_weighted_forwards(paper.modes_table(runs, n_boot=0), runs, head_cost=0.0)
     assert (modes["weighted_tpf"] - modes["tpf"]).abs().max() < 1e-9  # a free head: weighted = plain
+    from mrp_repro.report import pareto
+
+    m = pareto.matched_speed_table(runs, n_boot=0)
+    mw = wallclock.with_weighted_forwards(m, runs, head_cost=0.25)
+    assert len(mw) == len(m) and mw["weighted_tpf"].notna().all()
+    d2 = mw[(mw["setting"] == "direct(2)") & (mw["benchmark"] == "synth-math")]["weighted_forwards"]
+    g = runs[(runs["setting"] == "direct(2)") & (runs["benchmark"] == "synth-math")]
+    assert d2.to_numpy() == pytest.approx((g["denoise_forwards"] + g["commit_forwards"] + 0.25 * g["mrp_forwards"]).mean())
 
 
 def test_repeated_passes_on_a_smoke_model_interleave_and_rotate(smoke_profile):
