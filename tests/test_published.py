@@ -125,6 +125,28 @@ def test_flipped_byte_is_refused_with_the_fix(pub, tmp_path, monkeypatch):
         published.verify_files(P.name, "head")
 
 
+@pytest.mark.parametrize("extra", ["model/zz.safetensors", "model/special_tokens_map.json"])
+def test_a_file_the_record_does_not_list_is_refused(pub, tmp_path, monkeypatch, extra):
+    """An extra zz.safetensors replaced lm_head, an extra special_tokens_map.json turned mask_id 1 into 2 (eos),
+    and the sha256 check passed both: published.json is the manifest, so an unlisted file is an error naming it."""
+    P, out, fp, _ = pub
+    copy = tmp_path / "artifacts"
+    shutil.copytree(out, copy / P.name)
+    monkeypatch.setattr(published, "artifacts_root", lambda: copy)
+    model = copy / P.name / "backbone" / "model"
+    if extra.endswith(".safetensors"):
+        tensors = load_file(str(model / "model.safetensors"))
+        from safetensors.torch import save_file
+
+        save_file({"lm_head.weight": tensors["lm_head.weight"] * 0}, str(copy / P.name / "backbone" / extra))
+    else:
+        (copy / P.name / "backbone" / extra).write_text(json.dumps({"mask_token": "<eos>"}))
+    with pytest.raises(published.PublishedArtifactError, match=f"{Path(extra).name} is not a published file"):
+        stages.backbone(P, device="cpu", progress=False)
+    (copy / P.name / "backbone" / extra).unlink()
+    assert model_fingerprint(stages.backbone(P, device="cpu", progress=False).model) == fp
+
+
 def test_settings_that_differ_are_named(pub, capsys):
     P, out, fp, _ = pub
     # a derived profile of the same name (another seed): the published backbone does not apply, with a note
@@ -142,8 +164,13 @@ def test_settings_that_differ_are_named(pub, capsys):
     assert published.settings_differences(rec, cur) == ["mrp.pretrained: '<absent>' -> 'some/head'"]
     del rec["mrp"]["init_std"]  # a setting without a default: absent from the record is a difference
     assert "mrp.init_std: '<absent>' -> 0.02" in published.settings_differences(rec, cur)
-    # a head trained on another backbone is not the published one
-    assert published.head_dir(P, "0" * 16) is None
+    # a head trained on another backbone is not the published one: with the published backbone applying, that
+    # backbone's files changed under a matching record, an error naming both (before: None, silently)
+    with pytest.raises(published.PublishedArtifactError, match=f"trained on backbone {fp}.*fingerprint 0000"):
+        published.head_dir(P, "0" * 16)
+    capsys.readouterr()
+    assert published.head_dir(P.replace({"seed": 5}), "0" * 16) is None  # a derived profile trains its own, noted
+    assert "trained on backbone" in capsys.readouterr().err
 
 
 def test_from_scratch_retrains_apart_and_compares(pub, monkeypatch):

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from mrp_repro import released, stages
+from mrp_repro import integrity, released, stages
 from mrp_repro.checkpoint import CheckpointError
 from mrp_repro.config import load_profile
 from mrp_repro.errors import UserError
@@ -188,6 +188,9 @@ def test_finished_head_of_another_backbone_names_a_fix_that_does_not_loop(tmp_ru
     meta = json.loads(meta_path.read_text())
     meta["backbone_hash"] = "0123456789abcdef"  # as if trained on another backbone
     meta_path.write_text(json.dumps(meta))
+    done = json.loads((out / "done.json").read_text())  # ... and recorded so (an edit alone is corruption: rewritten)
+    done["files"]["head/mrp_config.json"] = integrity.sha256(meta_path)
+    (out / "done.json").write_text(json.dumps(done))
     for _ in range(2):  # the stage as the old advice said: the same error again
         with pytest.raises(BackboneMismatchError) as e:
             stages.train_head(p, bb, progress=False)
