@@ -181,8 +181,8 @@ def test_file_sha256_hashes_bytes_and_a_rewrite_in_place_is_hashed_again(tmp_pat
 
 
 def test_a_flipped_byte_in_a_cached_head_is_named_and_rewritten_from_its_checkpoint(tmp_runs, capsys):
-    p = load_profile("smoke").replace({"mrp_training.steps": 3, "mrp_training.ckpt_every": 3, "mrp.train_source": "gt-multi",
-                                       "trajectories.n_prompts": 8})  # fmt: skip
+    p = load_profile("smoke").replace({"mrp_training.steps": 3, "mrp_training.ckpt_every": 3,
+                                       "mrp.train_source": "gt-multi", "trajectories.n_prompts": 8})  # fmt: skip
     bb = stages.random_backbone(p, std=0.2, seed=0)
     out = stages.train_head(p, bb, progress=False)
     weights = out / "head" / "mrp.safetensors"
@@ -262,7 +262,8 @@ def test_a_second_stage_on_a_locked_directory_names_the_holder_and_does_nothing(
     out = stages.backbone_dir(p)
     env = {**os.environ, "MRP_REPRO_RUNS": str(tmp_runs)}
     hold = ("import sys, time; from mrp_repro import integrity\n"
-            "with integrity.stage_lock(sys.argv[1], 'test'):\n    print('held', flush=True); time.sleep(60)")  # fmt: skip
+            "with integrity.stage_lock(sys.argv[1], 'test'):\n"
+            "    print('held', flush=True); time.sleep(60)")  # fmt: skip
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=env, stdout=subprocess.PIPE, text=True,
                               cwd=repo_root())  # fmt: skip
     try:

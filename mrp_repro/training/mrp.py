@@ -600,5 +600,5 @@ def finished_problems(out: Path) -> list[str]:
     if not isinstance(files, dict):
         return [f"{out / 'done.json'} has no integrity record (written by an older version)"]
     bad = integrity.problems(out, files)
-    head = {k[len("head/"):]: v for k, v in files.items() if k.startswith("head/")}
+    head = {k[len("head/") :]: v for k, v in files.items() if k.startswith("head/")}
     return bad or integrity.problems(out / "head", head, exact=True, recursive=False)
