@@ -348,7 +348,8 @@ def _every_figure(runs):
     trace = [{"row": 0, "block": 1, "step": s, "kind": k, "pos": 8 + s, "token": 5 + s}
              for s in range(4) for k in ("reveal", "revoke")]  # fmt: skip
     kernels = pd.DataFrame([dict(op="confidence", n=n, vocab=64, dtype="bfloat16", device="cpu", impl="torch",
-                                 time_ms=0.1 * n, bytes_read=1000 * n, gbps=1.0, note="") for n in (4, 16)])  # fmt: skip
+                                 time_ms=0.1 * n, bytes_read=1000 * n, gbps=1.0, note="")
+                            for n in (4, 16)])  # fmt: skip
     adj = synthetic_adjacent()
     matched = pareto.matched_speed_table(both, n_boot=10)
     return {

@@ -25,6 +25,10 @@ def test_speed_table_and_head_breakdown(smoke_profile):
     assert (df["wall_s"] > 0).all() and (df["speedup"] > 0).all()
     spec = df[df["setting"].str.startswith("speculative")]
     assert spec["predicted_speedup"].map(math.isfinite).all() and (spec["tpf_share_of_oracle"] <= 1.0 + 1e-9).all()
+    # byte-weighted forwards: a head call costs head_cost forwards, so speculative's weighted TPF is below its TPF
+    assert (spec["weighted_tpf"] < spec["tpf"]).all()
+    stat = df[df["setting"] == "static(1)"]
+    assert (stat["weighted_tpf"] == stat["tpf"]).all() and (stat["weighted_forwards"] == stat["forwards"] / 2).all()
     # no drafter beats the oracle at the same costs
     assert (spec["predicted_speedup"] <= spec["ceiling_speedup"] + 1e-9).all()
     up = df[df["engine"] == "upstream"].set_index(["batch_size", "setting"])["forwards"]

@@ -132,6 +132,10 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                                tpf=_sum(st, "tokens") / max(_sum(st, "denoise_forwards"), 1),
                                rounds=_sum(st, "rounds"), mrp_forwards=_sum(st, "mrp_forwards"),
                                head_cost=cm["head_cost"], t_forward_ms=1e3 * cm["t_forward_s"])  # fmt: skip
+                    # byte-weighted forwards (measure/schema.py): each head call charged its measured cost
+                    head_fw = row["mrp_forwards"] * cm["head_cost"]
+                    row["weighted_tpf"] = row["tokens"] / max(row["denoise_forwards"] + head_fw, 1e-9)
+                    row["weighted_forwards"] = (row["forwards"] + head_fw) / len(ps)
                     if isinstance(pol, Speculative):
                         vc = cm["verify_cost"][pol.K]
                         pred_t = (
@@ -277,8 +281,9 @@ def main(argv=None) -> None:
     df = speed_table(bb, head, prompts, a.Ks, a.batches, a.repeats, max_new, profile=None if a.compile else P)
     hb = head_breakdown(bb.model, head, bb.block_size)
     cols = ["benchmark", "batch_size", "engine", "setting", "wall_s", "speedup", "predicted_speedup", "ceiling_speedup",
-            "tpf", "tpf_share_of_oracle", "lossless", "forwards", "verify_cost", "head_cost", "s_block", "s_fused",
-            "s_verify", "s_commit", "s_head_step", "s_head_commit", "s_outside"]  # fmt: skip
+            "tpf", "weighted_tpf", "weighted_forwards", "tpf_share_of_oracle", "lossless", "forwards", "verify_cost",
+            "head_cost", "s_block", "s_fused", "s_verify", "s_commit", "s_head_step", "s_head_commit",
+            "s_outside"]  # fmt: skip
     table = df[[c for c in cols if c in df]]
     from mrp_repro.report.tables import format_table, markdown
 

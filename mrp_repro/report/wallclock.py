@@ -95,7 +95,8 @@ def repeated_passes(profile, backbone, head, batch_sizes=None, passes: int = PAS
     """Wall seconds of every speed setting (speed_settings) in `passes` interleaved passes, per benchmark and batch
     size (default 1 and the decoding batch): each pass decodes the same prompts (PASS_PROMPTS_BATCH1 at batch 1,
     PASS_BATCHES batches otherwise) with every setting once, the order rotated by one each pass, so a slow stretch
-    of the machine hits a different setting each time (n_prompts, max_new_tokens: smaller, for tests). One row per (benchmark, batch_size, setting, repeat)."""
+    of the machine hits a different setting each time (n_prompts, max_new_tokens: smaller, for tests). One row
+    per (benchmark, batch_size, setting, repeat), `slot` its place in the pass."""
     from mrp_repro.backbone import encode_prompts
     from mrp_repro.measure.runs import eval_problems
 
@@ -164,15 +165,16 @@ def _grid_speedups(runs: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.
         s_fw = s["denoise_forwards"] + s["commit_forwards"]
         for (mode, name), h in g[g["mode"] != "static"].groupby(["mode", "setting"], sort=False):
             r0 = h.iloc[0]
-            if not (r0["drafter"] in ("", "mrp") or pd.isna(r0["drafter"])) or not _is_speed_setting(
-                    mode, algo, r0["K"], r0["rule"] if isinstance(r0["rule"], str) else "", r0["threshold"], int(bs)):
-                continue  # fmt: skip
+            drafter = r0["drafter"] if isinstance(r0["drafter"], str) else ""
+            rule = r0["rule"] if isinstance(r0["rule"], str) else ""
+            if drafter not in ("", "mrp") or not _is_speed_setting(mode, algo, r0["K"], rule, r0["threshold"], int(bs)):
+                continue
             h = h.set_index("problem_id")
             ids = h.index.intersection(s.index)
             h, st, fw = h.loc[ids], s.loc[ids], s_fw.loc[ids]
             x, lo, hi = stats.ratio_ci(h["tokens"], h["wall_s"], st["tokens"], st["wall_s"], n_boot, ci, seed)
-            ceil = (h["tokens"].sum() / (h["denoise_forwards"] + h["commit_forwards"]).sum()) / (
-                st["tokens"].sum() / fw.sum())
+            tpf_m = h["tokens"].sum() / (h["denoise_forwards"] + h["commit_forwards"]).sum()
+            ceil = tpf_m / (st["tokens"].sum() / fw.sum())  # nfe_speedup: tokens per backbone forward, paired
             rows.append(dict(benchmark=bench, algorithm=algo, setting=name, batch_size=int(bs), speedup=x,
                              speedup_lo=lo, speedup_hi=hi, ceiling=float(ceil)))  # fmt: skip
     return pd.DataFrame(rows, columns=["benchmark", "algorithm", "setting", "batch_size", "speedup", "speedup_lo",
@@ -182,7 +184,7 @@ def _grid_speedups(runs: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.
 def checks_table(results: dict, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """Every sanity check of every speed setting in the grids of `results` (report.paper.load_results):
     speculative_runs, modes_runs, backbone_runs (agreement where two grids time the same decode at the same batch
-    size) and wallclock_passes (repeatable). Columns CHECK_COLUMNS; `check_passed` False names a clock not to judge on."""
+    size) and wallclock_passes (repeatable). Columns CHECK_COLUMNS; `check_passed` False: a clock not to judge on."""
     grids = {n: results[n] for n in ("speculative_runs", "modes_runs", "backbone_runs") if n in results}
     speeds = {n: _grid_speedups(r, n_boot, ci, seed) for n, r in grids.items()}
     rows = []
@@ -237,8 +239,8 @@ def _scope_benchmark(scope: str) -> tuple[str, str | None]:
 def _relevant(claim_id: str, bench: str, algo: str | None, checks: pd.DataFrame) -> pd.DataFrame:
     c = checks[checks["benchmark"] == bench]
     if claim_id == "speculative-speedup":  # batch 1, speculative K = 3 of that family
-        return c[(c["batch_size"] == 1) & (c["algorithm"] == (algo or "ours")) & c["setting"].str.contains("(3,",
-                                                                                                       regex=False)]
+        k3 = c["setting"].str.contains("(3,", regex=False)
+        return c[(c["batch_size"] == 1) & (c["algorithm"] == (algo or "ours")) & k3]
     c = c[(c["batch_size"] > 1) & (c["algorithm"] == "ours")]
     if claim_id == "direct-tradeoff":
         return c[c["setting"].isin(["direct(1)", "direct(2)"])]
