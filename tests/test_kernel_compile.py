@@ -67,6 +67,9 @@ def test_every_kernel_variant_compiles_for_sm80_and_sm90(compiled):
     bad = [f"{r['arch']} {r['kernel']} {r['variant']}: {r['error']}" for r in rows if not r["ok"]]
     assert not bad, "\n".join(bad)
     assert all(r["cubin_bytes"] > 0 and r["ptx_bytes"] > 0 for r in rows)
+    # no register spills (cuobjdump's LOCAL): a spill in a bandwidth-bound kernel costs more than its reads
+    spills = [f"{r['arch']} {r['kernel']} {r['variant']}: {r['local_bytes']} B" for r in rows if r["local_bytes"]]
+    assert not spills, spills
     for arch in ("sm_80", "sm_90"):
         names = {r["kernel"] for r in rows if r["arch"] == arch}
         assert names == {"_confidence_partial_kernel", "_confidence_combine_kernel", "_residual_kl_fwd_kernel",

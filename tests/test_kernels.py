@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import mrp_repro.kernels as kernels  # noqa: E402
-from mrp_repro.kernels import dispatch  # noqa: E402
+from mrp_repro.kernels import dispatch, fallback  # noqa: E402
 from mrp_repro.kernels import reference as R  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -335,7 +335,9 @@ def test_dispatch_cpu_picks_torch_and_logs(monkeypatch, caplog):
     assert torch.equal(out1.argmax, R.confidence_ref(x).argmax)
 
 
-def test_dispatch_env_override(monkeypatch):
+def test_dispatch_env_override(K, monkeypatch):
+    # K: the kernel modules are imported (interpreted) before TRITON_INTERPRET=0 below, which would otherwise
+    # import them compiled-mode and break the interpreted tests after this one (seen with -k)
     x = _rand(3, 50)
     monkeypatch.setenv(dispatch.ENV_VAR, "torch")
     assert dispatch.select_backend(x)[0] == "torch"
@@ -385,7 +387,7 @@ def fake_cuda(monkeypatch):
     """The dispatch rule's CUDA branch with CPU tensors (the kernels run in the interpreter); a clean slate."""
     monkeypatch.setenv(dispatch.ENV_VAR, "auto")
     monkeypatch.setattr(dispatch, "_is_cuda", lambda x: True)
-    monkeypatch.setattr(dispatch, "_failed", {})
+    monkeypatch.setattr(fallback, "failed", {})
     monkeypatch.setattr(dispatch, "_logged", set())
 
 
@@ -420,10 +422,10 @@ def test_dispatch_falls_back_loudly_once_when_a_kernel_fails_to_compile(K, KL, f
     # bad input is the caller's error, not a kernel failure
     with pytest.raises(TypeError):
         kernels.residual_kl(A.double(), C, B)
-    assert "residual_kl" not in dispatch._failed
+    assert "residual_kl" not in fallback.failed
     # MRP_REPRO_KERNELS=triton: the error, not the fallback
     monkeypatch.setenv(dispatch.ENV_VAR, "triton")
-    dispatch._failed.clear()
+    fallback.failed.clear()
     from triton.compiler.errors import CompilationError
 
     with pytest.raises(CompilationError):
@@ -482,3 +484,22 @@ def test_bench_gpu_check_path_under_interpreter(K, KL):
 
     df = bench.check_against_reference("cpu", vocab=1000)
     assert df["ok"].all() and len(df) > 20
+    assert set(df["dtype"]) == {"float32", "bfloat16"}
+    assert df["check"].str.startswith("split invariance").sum() == 2 * 2 * 6  # 2 dtypes x splits {1, 3} x 6 fields
+    assert df["check"].str.startswith("batch invariance").sum() == 2 * 3
+
+
+def test_check_against_reference_reports_a_broken_kernel_as_rows(K, KL, monkeypatch):
+    """gpu_check's use: strict=False turns a kernel that does not compile into a failed row, not a crash."""
+
+    def broken(*args, **kwargs):
+        raise _fake_compile_error()
+
+    monkeypatch.setattr(K, "_launch", broken)
+    df = kernels.check_against_reference("cpu", vocab=300, dtypes=(torch.bfloat16,), strict=False)
+    assert list(df.columns) == ["check", "dtype", "max_abs_err", "atol", "ok"]
+    assert (~df["ok"]).sum() == 2 and df["check"].str.contains("CompilationError").all()
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError):
+        kernels.check_against_reference("cpu", vocab=300, dtypes=(torch.bfloat16,))

@@ -198,6 +198,26 @@ def compile_launch(launch: Launch, arch: int):
     return kernel
 
 
+def resource_usage(cubin: bytes) -> dict:
+    """Registers per thread and local-memory (spill) bytes of a cubin, from cuobjdump (ships in the triton wheel)."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", out)
+    if not m:
+        raise RuntimeError(f"cuobjdump printed no resource usage: {out[-300:]!r}")
+    return dict(regs=int(m[1]), stack_bytes=int(m[2]), local_bytes=int(m[4]))
+
+
 def _variant(launch: Launch) -> str:
     flags = {k: v for k, v in launch.kwargs.items() if k.isupper()}
     dts = sorted({str(a.dtype).replace("torch.", "") for a in launch.args if isinstance(a, torch.Tensor)})
@@ -209,8 +229,9 @@ def _variant(launch: Launch) -> str:
 def compile_all(archs: Iterable[int] = ARCHS, level: str = "default") -> list[dict]:
     """Compile every distinct recorded launch for every arch; one result dict per (variant, arch).
 
-    Keys: kernel, arch, variant, scenario, ok, error, shared, ptx_bytes, cubin_bytes. Never raises for a kernel
-    that does not compile: the error (type and first line) is the row's ``error``.
+    Keys: kernel, arch, variant, scenario, ok, error, shared, ptx_bytes, cubin_bytes, regs (per thread),
+    stack_bytes, local_bytes (register spills). Never raises for a kernel that does not compile: the error (type
+    and last line) is the row's ``error``.
     """
     rows, seen = [], set()
     launches = record_launches(level)
@@ -219,7 +240,8 @@ def compile_all(archs: Iterable[int] = ARCHS, level: str = "default") -> list[di
             if launch.archs and arch not in launch.archs:
                 continue
             row = dict(kernel=launch.name, arch=f"sm_{arch}", variant=_variant(launch), scenario=launch.scenario,
-                       ok=False, error="", shared=None, ptx_bytes=None, cubin_bytes=None)  # fmt: skip
+                       ok=False, error="", shared=None, ptx_bytes=None, cubin_bytes=None, regs=None,
+                       stack_bytes=None, local_bytes=None)  # fmt: skip
             try:
                 _jit_spec(launch, arch)
                 if launch.key in seen:
@@ -227,7 +249,7 @@ def compile_all(archs: Iterable[int] = ARCHS, level: str = "default") -> list[di
                 seen.add(launch.key)
                 kernel = compile_launch(launch, arch)
                 row.update(ok=True, shared=int(kernel.metadata.shared), ptx_bytes=len(kernel.asm["ptx"]),
-                           cubin_bytes=len(kernel.asm["cubin"]))  # fmt: skip
+                           cubin_bytes=len(kernel.asm["cubin"]), **resource_usage(kernel.asm["cubin"]))  # fmt: skip
             except Exception as exc:  # CompilationError, PTXASError, ...: reported per variant, all variants tried
                 msg = str(exc).strip().splitlines()
                 row["error"] = f"{type(exc).__name__}: {msg[-1][:300] if msg else ''}"
@@ -254,7 +276,8 @@ def main(argv: list | None = None) -> int:
             print(json.dumps(r))
         else:
             status = "ok " if r["ok"] else "FAIL"
-            print(f"{status} {r['arch']} {r['kernel']:<28} {r['variant']}  {r['error']}")
+            use = f"regs {r['regs']} spill {r['local_bytes']} B" if r["ok"] else r["error"]
+            print(f"{status} {r['arch']} {r['kernel']:<28} {use:<20} {r['variant']}")
     bad = [r for r in rows if not r["ok"]]
     if not a.json:
         print(

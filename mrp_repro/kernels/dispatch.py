@@ -26,12 +26,13 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import warnings
 from collections.abc import Callable
 
 import torch
 
+from . import fallback as _fb
 from . import reference as _ref
+from .fallback import ENV_VAR, report_fallback
 from .reference import ConfidenceOut, ResidualConfidenceOut
 
 __all__ = [
@@ -44,11 +45,9 @@ __all__ = [
     "ENV_VAR",
 ]
 
-ENV_VAR = "MRP_REPRO_KERNELS"
 logger = logging.getLogger("mrp_repro.kernels")
 _logged: set = set()
 _triton_state: tuple[bool, str] | None = None
-_failed: dict[str, str] = {}  # kernel -> why its Triton path failed (that kernel then runs the reference)
 
 
 def _interpret() -> bool:
@@ -101,27 +100,9 @@ def select_backend(x: torch.Tensor, kernel: str | None = None) -> tuple[str, str
     ok, detail = triton_available()
     if not ok:
         return "torch", f"tensor on CUDA but {detail}: PyTorch reference"
-    if kernel in _failed:
-        return "torch", f"the Triton kernel failed earlier ({_failed[kernel]}): PyTorch reference"
+    if kernel in _fb.failed:
+        return "torch", f"the Triton kernel failed earlier ({_fb.failed[kernel]}): PyTorch reference"
     return "triton", "tensor on CUDA and triton imports: Triton kernels"
-
-
-def report_fallback(kernel: str, exc: BaseException, part: str = "") -> None:
-    """Record that ``kernel``'s Triton path failed and warn, once per kernel; re-raise when Triton is forced.
-
-    ``part`` names the failing piece when it is not the forward (e.g. "backward")."""
-    if _mode() == "triton":
-        raise exc
-    if kernel in _failed:
-        return
-    lines = str(exc).strip().splitlines()
-    why = f"{type(exc).__name__}: {lines[-1][:200] if lines else ''}"
-    _failed[kernel] = why
-    what = f"{kernel} ({part})" if part else kernel
-    msg = (f"mrp_repro.kernels: the Triton kernel for {what} failed ({why}); {kernel} uses the PyTorch "
-           f"reference for the rest of this process (set {ENV_VAR}=triton to get the error instead)")  # fmt: skip
-    logger.warning(msg)
-    warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
 def _run(kernel: str, x: torch.Tensor, fast: Callable, ref: Callable):

@@ -240,6 +240,10 @@ def check_device(name: str, x: torch.Tensor) -> None:
     )
 
 
+def _default_block(v: int) -> int:
+    return 1024 if v >= 1024 else triton.next_power_of_2(v)
+
+
 def _tiling(v: int, block: int) -> tuple[int, int]:
     """(blocks per tile, tiles per row): fixed by V and BLOCK alone, so the result is too (never by N or SMs)."""
     tile_blocks = TILE_BLOCKS if v >= TILE_BLOCKS * block else 1
@@ -274,7 +278,7 @@ def _launch(A, C, scale, tokens, return_entropy, block, num_splits, num_warps):
     if n == 0:
         return out_argmax, out_maxp, out_ent, out_ctok, out_lp, out_lpb
     if block is None:
-        block = 1024 if v >= 1024 else triton.next_power_of_2(v)
+        block = _default_block(v)
     if block & (block - 1):
         raise ValueError(f"block must be a power of two, got {block}")
     tile_blocks, T = _tiling(v, block)

@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .fallback import report_fallback
 from .triton_confidence import _SUPPORTED, check_device
 
 __all__ = ["residual_kl", "ResidualKLFunction"]
@@ -184,8 +185,6 @@ class ResidualKLFunction(torch.autograd.Function):
                     num_warps=4,
                 )
             except Exception as exc:  # the forward compiled but the backward did not: same fallback, same warning
-                from .dispatch import report_fallback
-
                 report_fallback("residual_kl", exc, "backward")
                 z = A.float() + ctx.scale * C.float()
                 dC = ((g * ctx.scale)[:, None] * (torch.softmax(z, -1) - torch.softmax(B.float(), -1))).to(C.dtype)
