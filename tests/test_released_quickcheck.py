@@ -5,13 +5,16 @@ gpu-check` writes (issue 21).
 """
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+
 from mrp_repro import gpu_check
 from mrp_repro.config import load_profile
 from mrp_repro.measure.stats import mean_ci
 from mrp_repro.report import paper, quickcheck
+from mrp_repro.report.grids import GRIDS
 
 
 @pytest.fixture(scope="module")
@@ -51,20 +54,43 @@ def test_expected_cells_are_the_paper_values_of_the_declared_model(quick):
     assert "direct" in set(eight["table"]) and "lookahead" not in set(eight["table"])
 
 
-def test_wall_time_counts_each_grid_s_forwards(quick):
+def test_wall_time_counts_the_forwards_the_code_makes(quick):
     wt = quickcheck.wall_time(quick).set_index(["grid", "setting"])
     longest = quickcheck.ASSUMED["longest_tokens"][0]
     batches = math.ceil(64 / 16) * 2
     static = wt.loc[("modes_runs", "static(1)")]
-    assert static["forwards"] == batches * (longest + longest // 16)  # a token per forward + a commit per block
-    assert wt.loc[("modes_runs", "direct(2)"), "forwards"] < wt.loc[("modes_runs", "direct(1)"), "forwards"] < \
-        static["forwards"]  # fmt: skip
+    for end, name in ((0, "low"), (1, "high")):  # a token per forward + a commit per block, at both answer lengths
+        assert static[f"forwards_{name}"] == batches * (longest[end] + longest[end] // 16)
+    assert wt.loc[("modes_runs", "direct(2)"), "forwards_low"] < wt.loc[("modes_runs", "direct(1)"), "forwards_low"] \
+        < static["forwards_low"]  # fmt: skip
     assert wt.loc[("speculative_runs", "static(1)"), "batches"] == 128  # batch 1: one prompt at a time
     total = wt.loc[("total", "+ 3 min fixed")]
-    assert total["minutes"] == pytest.approx(wt["minutes"].iloc[:-1].sum() + 3)
-    assert 20 < total["minutes"] < 90  # the profile is sized for about one GPU-hour
-    slower = quickcheck.wall_time(quick, forward_ms=30.0)["minutes"].iloc[-1]
-    assert slower > total["minutes"]  # a measured per-forward cost replaces the assumed one
+    assert total["minutes_low"] == pytest.approx(wt["minutes_low"].iloc[:-1].sum() + 3)
+    assert total["minutes_low"] < total["minutes_high"]
+    slower = quickcheck.wall_time(quick, forward_ms=30.0)["minutes_low"].iloc[-1]
+    assert slower > total["minutes_low"]  # a measured per-forward cost replaces the assumed one
+    assert {g for g, _ in wt.index} == set(GRIDS) | {"total"}  # every grid the notebooks run
+
+
+def test_block_calls_are_what_speculative_decodes():
+    """A block of 16 at one token per round, K = 3, as mrp_modes.Speculative and upstream.UpstreamSpeculative decode
+    it: ours verifies min(K, m - 1) candidates with m masked (none on the last slot) after min(K, m) - 1 head drafts;
+    upstream verifies K + 1 every round after K - 1 head calls (the old arithmetic: K head calls, one verify)."""
+    from mrp_repro.decoding import Speculative
+    from mrp_repro.decoding.upstream import UpstreamSpeculative
+
+    parts, heads = quickcheck.block_calls("speculative", Speculative(3, "mrp", head=object()), 16, fused=False)
+    verifies = [M for M, n in parts for _ in range(n) if M > 0]
+    assert len(verifies) == 15 and verifies[-2:] == [2, 1] and heads == 2 * 14 + 1
+    parts, heads = quickcheck.block_calls("speculative", UpstreamSpeculative(3, object()), 16, fused=False)
+    assert (4, 16) in parts and heads == 16 * 2
+
+
+def test_docs_table_is_the_code_s(quick):
+    """docs/gpu.md's time table is docs_table() of the quick profile (rewrite: quickcheck --write-docs docs/gpu.md)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "gpu.md").read_text()
+    i, j = text.index(quickcheck.DOCS_BEGIN) + len(quickcheck.DOCS_BEGIN), text.index(quickcheck.DOCS_END)
+    assert text[i:j].strip() == quickcheck.docs_table(quick).strip()
 
 
 def test_gpu_check_writes_only_its_out_dir(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
     .venv/bin/python -m mrp_repro.report.quickcheck --profile sdar-4b-released-quick
     .venv/bin/python -m mrp_repro.report.quickcheck --profile sdar-4b-released-quick --forward-ms 9.5  # gpu_check's
     # -> figures/<profile>/quickcheck_expected.{md,csv}, quickcheck_time.{md,csv}; printed too
+    .venv/bin/python -m mrp_repro.report.quickcheck --profile sdar-4b-released-quick --write-docs docs/gpu.md
 
 expected(profile): one row per cell the profile's subset measures that the paper reports for its paper model
 (profile.paper.model): the paper's value, the tolerance the claims use for it (report/claims.py, by claim id), n
@@ -11,10 +12,15 @@ prompts, and this subset's own 95% CI width for an accuracy at the paper's value
 the width of a difference of two independent such means: an upper bound, since the pairing narrows it.
 A cell reads as reproduced when the paper's value lies inside our CI (about ours ± half the width).
 
-wall_time(profile): the decoding grids the notebooks run (report.grids: backbone_runs, speculative_runs at batch 1,
-modes_runs), their settings (measure.runs.settings_for), prompts and batches, times the forwards each setting
-needs and a cost per forward from spec-sheet numbers. Every number is an assumption stated beside it (ASSUMED);
-none was measured on a GPU: run `make gpu-check` first and pass its "block forward (batch 1)" ms as --forward-ms.
+wall_time(profile): every decoding grid the notebooks run (report.grids.GRIDS), their settings
+(measure.runs.settings_for), prompts and batches; for each setting the backbone calls and head calls the code makes
+per block at the worst case of one token per denoising forward (a batch runs until its longest row stops), and a
+cost per call: the per-call overhead (or gpu_check's measured batch-1 forward, --forward-ms) + the larger of
+(weights + KV traffic) / bandwidth and the FLOPs. The KV traffic is what model.Attention moves: its per-layer
+torch.cat reads the cache and writes it with the new keys, attention reads the result (3 passes; a folded verify of
+M candidates writes and reads M copies). Each input is in ASSUMED with its source; a (low, high) pair spans the
+printed range, low with a one-call verify (decoding.verify "exact" where gpu_check shows fold bitwise), high with
+loop (one call per candidate: a GPU whose fold is not bitwise). docs/gpu.md's table is docs_table() (a test).
 """
 
 from __future__ import annotations
@@ -27,24 +33,34 @@ import pandas as pd
 from mrp_repro.config import Profile
 from mrp_repro.report import paper
 
-__all__ = ["ASSUMED", "ci_width", "expected", "wall_time", "main"]
+__all__ = ["ASSUMED", "SCENARIOS", "ci_width", "expected", "wall_time", "block_calls", "docs_table", "main"]
 
 Z95 = 1.96
 
-#: every input of wall_time, with where it comes from (none measured on a GPU here)
+#: every input of wall_time, with where it comes from (none measured on a GPU here); (low, high) pairs span the range
 ASSUMED = {
     "weight_gb": (8.8, "SDAR-4B bf16 weights: 4.41B parameters x 2 bytes (README arithmetic from config.json)"),
     "params_b": (4.41, "SDAR-4B parameters incl. untied embed and lm_head (151,936 x 2560 each)"),
+    "kv_bytes_per_token": (147456, "SDAR-4B K and V of one token: 2 x 36 layers x 8 KV heads x 128 x 2 bytes"),
     "hbm_tb_s": (4.8, "H200 HBM3e bandwidth, NVIDIA spec sheet (H100 SXM: 3.35)"),
     "bf16_tflops": (989.0, "H200 / H100 SXM dense bf16 peak, NVIDIA spec sheet"),
     "mfu": (0.5, "assumed fraction of the peak a block forward reaches when compute-bound"),
-    "overhead_ms": (6.0, "assumed eager PyTorch cost per backbone forward: 36 layers x ~20 kernels x ~8 us launches"),
+    "overhead_ms": ((6.0, 25.0), "eager PyTorch per backbone call: ~2,300 kernel launches (36 layers x ~65) at 2.6-11 "
+                                 "us each; docs/sdar-gpu-reference.md: 10-25 ms"),
     "head_fraction": (0.2, "assumed cost of one MRP head call (3 layers + lm_head) as a fraction of a forward"),
-    "longest_tokens": (512, "assumed longest answer in a batch (GSM8K / HumanEval, SDAR-Chat; a batch runs until "
-                            "its longest row stops; max_new_tokens 4096 bounds the worst case)"),
-    "mean_tokens": (300, "assumed mean answer length (a batch-1 row stops at its own EOS)"),
+    "prompt_tokens": (200, "assumed chat prompt length (GSM8K / HumanEval with the chat template)"),
+    "longest_tokens": ((512, 1024), "assumed longest answer in a batch (GSM8K / HumanEval, SDAR-Chat; a batch runs "
+                                    "until its longest row stops; max_new_tokens 4096 bounds the worst case)"),
+    "mean_tokens": ((300, 600), "assumed mean answer length (a batch-1 row stops at its own EOS)"),
     "load_min": (3.0, "assumed: load backbone + head from local disk, 08_kernels and 03 adjacent-step logits"),
 }  # fmt: skip
+#: the two ends of the range: which verify (backbone calls per verify of M candidates) and which end of each pair
+SCENARIOS = {"low": ("fold", 0), "high": ("loop", 1)}
+
+
+def _a(key: str, end: int = 0) -> float:
+    v = ASSUMED[key][0]
+    return v[end] if isinstance(v, tuple) else v
 
 
 def ci_width(p: float, n: int, paired_with: float | None = None) -> float:
@@ -115,64 +131,131 @@ def expected(profile: Profile) -> pd.DataFrame:
                                        "ci_width"])  # fmt: skip
 
 
-def _forward_ms(row_tokens: int, forward_ms: float | None) -> float:
-    """One backbone forward over row_tokens tokens: measured (forward_ms, gpu_check's batch-1 block forward) plus
-    the compute term, else the overhead plus the larger of the weight read and the compute (ASSUMED)."""
-    a = {k: v for k, (v, _) in ASSUMED.items()}
-    compute = 2 * a["params_b"] * 1e9 * row_tokens / (a["bf16_tflops"] * 1e12 * a["mfu"]) * 1e3
-    if forward_ms is not None:
-        return forward_ms + compute
-    return a["overhead_ms"] + max(a["weight_gb"] / a["hbm_tb_s"], compute)
+def _call_ms(q_tokens: int, kv_tokens: float, end: int, forward_ms: float | None) -> float:
+    """One backbone call with q_tokens query tokens that moves kv_tokens tokens' K/V: measured batch-1 forward (or
+    the overhead plus the weight read) + KV traffic, or the compute when that is larger (ASSUMED)."""
+    bw = _a("hbm_tb_s") * 1e12
+    weights = _a("weight_gb") * 1e9 / bw * 1e3
+    kv = _a("kv_bytes_per_token") * kv_tokens / bw * 1e3
+    compute = 2 * _a("params_b") * 1e9 * q_tokens / (_a("bf16_tflops") * 1e12 * _a("mfu")) * 1e3
+    if forward_ms is not None:  # measured: overhead and weight read (and batch 1's small compute) included
+        return forward_ms + kv + compute
+    return _a("overhead_ms", end) + max(weights + kv, compute)
 
 
-def _setting_cost(mode: str, pol, rows: int, tokens: int, block: int, forward_ms: float | None) -> tuple[float, float]:
-    """(forwards, ms) one batch of `rows` rows costs for `tokens` tokens, at the worst case of one token per
-    denoising forward (static, dynamic, remask, speculative: its verify accepts at least one), K + 1 per forward for
-    naive K, steps + 1 for direct; plus one commit forward per block, and head calls (ASSUMED head_fraction)."""
-    hf = ASSUMED["head_fraction"][0]
-    per_fwd = {"naive": getattr(pol, "k", 1), "direct": getattr(pol, "steps", 0) + 1}.get(mode, 1)
-    denoise = math.ceil(tokens / per_fwd)
-    commits = math.ceil(tokens / block)
-    cand = getattr(pol, "K", 0) + 1 if mode == "speculative" else 1
-    ms = denoise * _forward_ms(rows * block * cand, forward_ms) + commits * _forward_ms(rows * block, forward_ms)
-    heads = {"speculative": getattr(pol, "K", 0), "direct": getattr(pol, "steps", 0), "remask": 1}.get(mode, 0)
-    if getattr(pol, "drafter", "mrp") != "mrp":
-        heads = 0
-    ms += denoise * heads * hf * _forward_ms(rows * block, forward_ms)
-    return denoise + commits, ms
+def block_calls(mode: str, pol, L: int, fused: bool) -> tuple[list[tuple[int, int]], int]:
+    """What one block costs, as the code decodes it at one token per denoising forward: ([(candidates M, count)],
+    head calls). M = 0 is a plain call over the block (a forward or a commit), M >= 1 a verify of M candidates."""
+    algo, K = getattr(pol, "algorithm", "ours"), getattr(pol, "K", 0)
+    commit = [] if fused and algo == "ours" else [(0, 1)]  # fuse_commit: written by the next block's first forward
+    if mode == "speculative" and algo == "upstream":  # seed, then per round K - 1 head calls and a verify of K + 1
+        return [(0, 1), (K + 1, L)] + commit, L * (K - 1)
+    if mode == "speculative":  # seed; round with m masked: min(K, m) - 1 head drafts, a verify of min(K, m - 1)
+        verifies = [(min(K, m - 1), 1) for m in range(L, 0, -1) if min(K, m - 1) > 0]
+        drafts = sum(min(K, m) - 1 for m in range(L, 0, -1)) if getattr(pol, "drafter", "mrp") == "mrp" else 0
+        return [(0, 1)] + verifies + commit, drafts
+    per = {"naive": getattr(pol, "k", 1), "direct": getattr(pol, "steps", 0) + 1, "static": getattr(pol, "k", 1)}
+    n = math.ceil(L / per.get(mode, 1))
+    return [(0, n)] + commit, {"direct": getattr(pol, "steps", 0) * n, "remask": n}.get(mode, 0)
+
+
+def _block_cost(mode, pol, rows: int, L: int, fused: bool, context: float, verify: str, end: int,
+                forward_ms: float | None) -> tuple[int, int, float]:  # fmt: skip
+    """(backbone calls, head calls, ms) of one block of a batch of `rows` rows, `context` tokens cached."""
+    parts, heads = block_calls(mode, pol, L, fused)
+    calls, ms = 0, 0.0
+    for M, n in parts:
+        if M == 0 or verify == "loop":  # a plain call, or loop's M forward_blocks: each moves the cache 3 times
+            k = n * max(M, 1)
+            calls += k
+            ms += k * _call_ms(rows * L, 3 * rows * context, end, forward_ms)
+        else:  # fold: one call over M x rows; its cat reads the cache once, writes and attention reads M copies
+            calls += n
+            ms += n * _call_ms(rows * L * M, (1 + 2 * M) * rows * context, end, forward_ms)
+    ms += heads * _a("head_fraction") * _call_ms(rows * L, 3 * rows * context, end, forward_ms)
+    return calls, heads, ms
 
 
 def wall_time(profile: Profile, forward_ms: float | None = None) -> pd.DataFrame:
-    """One row per decoding grid and setting: prompts, batches, forwards, estimated minutes (module doc); the last
-    row is the total with the fixed costs (ASSUMED load_min)."""
-    from mrp_repro.measure.runs import settings_for
-    from mrp_repro.report.grids import grid_spec
+    """One row per decoding grid and setting: prompts, batches, backbone calls, head calls, minutes, each at both
+    ends of the range (SCENARIOS; module doc); the last row is the total with the fixed costs (ASSUMED load_min)."""
+    from mrp_repro.model import ModelConfig
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.report.grids import GRIDS, grid_spec
 
-    head = object()  # the MRP settings are listed only with a head; any object stands in (nothing is decoded)
-    block, nb = profile.block_size, len(profile.evaluation.benchmarks)
-    longest, mean = ASSUMED["longest_tokens"][0], ASSUMED["mean_tokens"][0]
+    # the MRP settings are listed only with a head; a toy one stands in (nothing is decoded)
+    head = MRPHead(ModelConfig(8, 8, 8, 1, 1, 1, 8), 1)
+    L, nb = profile.block_size, len(profile.evaluation.benchmarks)
+    fused = profile.decoding.fuse_commit
     rows = []
-    for grid in ("backbone_runs", "speculative_runs", "modes_runs"):
+    for grid in GRIDS:
         spec = grid_spec(profile, head, grid)
         bs = spec["batch_size"] or profile.decoding.batch_size
         n = spec["n_prompts"] or profile.evaluation.n_prompts
         if n is None:
             raise ValueError(f"{profile.name}: evaluation.n_prompts is null (every prompt): no quick-check estimate")
         batches = math.ceil(n / bs) * nb
-        tokens = mean if bs == 1 else longest
-        for mode, pol in settings_for(profile, head) if grid == "modes_runs" else spec["settings"]:
-            f, ms = _setting_cost(mode, pol, bs, tokens, block, forward_ms)
-            rows.append(dict(grid=grid, setting=pol.name, prompts=n * nb, batch_size=bs, batches=batches,
-                             forwards=f * batches, minutes=ms * batches / 6e4))  # fmt: skip
+        for mode, pol in spec["settings"]:
+            row = dict(grid=grid, setting=pol.name, prompts=n * nb, batch_size=bs, batches=batches)
+            for name, (verify, end) in SCENARIOS.items():
+                tokens = _a("mean_tokens" if bs == 1 else "longest_tokens", end)
+                blocks = math.ceil(tokens / L)
+                context = _a("prompt_tokens") + tokens / 2  # the mean cache length over the generation
+                c, h, ms = _block_cost(mode, pol, bs, L, fused, context, verify, end, forward_ms)
+                row.update({f"forwards_{name}": c * blocks * batches, f"head_calls_{name}": h * blocks * batches,
+                            f"minutes_{name}": ms * blocks * batches / 6e4})  # fmt: skip
+            rows.append(row)
     df = pd.DataFrame(rows)
-    total = dict(grid="total", setting=f"+ {ASSUMED['load_min'][0]:.0f} min fixed", prompts=math.nan,
-                 batch_size=math.nan, batches=df["batches"].sum(), forwards=df["forwards"].sum(),
-                 minutes=df["minutes"].sum() + ASSUMED["load_min"][0])  # fmt: skip
+    total = dict(grid="total", setting=f"+ {_a('load_min'):.0f} min fixed", prompts=math.nan, batch_size=math.nan,
+                 batches=df["batches"].sum())  # fmt: skip
+    for c in df.columns[5:]:
+        total[c] = df[c].sum() + (_a("load_min") if c.startswith("minutes") else 0)
     return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+
+
+def _fmt_range(lo: float, hi: float, digits: int = 0) -> str:
+    f = (lambda v: f"{v:,.{digits}f}")  # noqa: E731
+    return f(lo) if f(lo) == f(hi) else f"{f(lo)} – {f(hi)}"
+
+
+def docs_table(profile: Profile, forward_ms: float | None = None) -> str:
+    """docs/gpu.md's table: wall_time summed per grid (tests/test_released_quickcheck.py keeps the page equal to it)."""
+    from mrp_repro.report import tables
+
+    wt = wall_time(profile, forward_ms)
+    body, tot = wt[wt["grid"] != "total"], wt[wt["grid"] == "total"].iloc[0]
+    out = []
+    for grid, g in body.groupby("grid", sort=False):
+        out.append(dict(grid=grid, settings=len(g), batch_size=int(g["batch_size"].iloc[0]),
+                        batches=int(g["batches"].sum()),
+                        backbone_calls=_fmt_range(g["forwards_low"].sum(), g["forwards_high"].sum()),
+                        head_calls=_fmt_range(g["head_calls_low"].sum(), g["head_calls_high"].sum()),
+                        minutes=_fmt_range(g["minutes_low"].sum(), g["minutes_high"].sum(), 1)))  # fmt: skip
+    out.append(dict(grid="fixed", settings="", batch_size="", batches="", backbone_calls="", head_calls="",
+                    minutes=f"{_a('load_min'):.1f}"))  # fmt: skip
+    out.append(dict(grid="**total**", settings=len(body), batch_size="", batches=int(tot["batches"]),
+                    backbone_calls=_fmt_range(tot["forwards_low"], tot["forwards_high"]),
+                    head_calls=_fmt_range(tot["head_calls_low"], tot["head_calls_high"]),
+                    minutes=f"**{_fmt_range(tot['minutes_low'], tot['minutes_high'], 1)}**"))  # fmt: skip
+    return tables.markdown(pd.DataFrame(out))
+
+
+DOCS_BEGIN, DOCS_END = "<!-- quickcheck.docs_table: begin -->", "<!-- quickcheck.docs_table: end -->"
+
+
+def write_docs(profile: Profile, path) -> None:
+    """Replace the table between DOCS_BEGIN and DOCS_END in `path` (docs/gpu.md) with docs_table(profile)."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    i, j = text.index(DOCS_BEGIN) + len(DOCS_BEGIN), text.index(DOCS_END)
+    Path(path).write_text(text[:i] + "\n" + docs_table(profile) + "\n" + text[j:])
 
 
 def assumptions_note(forward_ms: float | None = None) -> str:
     lines = [f"- {k} = {v}: {why}" for k, (v, why) in ASSUMED.items()]
+    lines.append("- range: low = a one-call verify (fold bitwise on the GPU) and the low end of each pair; high = loop "
+                 "(one call per candidate) and the high end")  # fmt: skip
     if forward_ms is not None:
         lines.append(f"- measured block forward (batch 1) = {forward_ms} ms: replaces overhead_ms and the weight read")
     return "Estimates, not measured on a GPU here. Inputs:\n" + "\n".join(lines)
@@ -185,8 +268,13 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="sdar-4b-released-quick")
     ap.add_argument("--forward-ms", type=float, default=None, help="gpu_check's measured block forward (batch 1), ms")
+    ap.add_argument("--write-docs", metavar="PATH", default=None, help="rewrite docs/gpu.md's table (PATH) and stop")
     args = ap.parse_args(argv)
     P = load_profile(args.profile)
+    if args.write_docs:
+        write_docs(P, args.write_docs)
+        print(f"quickcheck: wrote the table of {args.write_docs}")
+        return
     exp, wt = expected(P), wall_time(P, args.forward_ms)
     figs = tables.out_dir(P)
     tables.save_table(exp, figs, "quickcheck_expected", note=f"paper model {P.paper.model}; n prompts per benchmark")
@@ -194,7 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     print(tables.markdown(exp))
     print()
     print(tables.markdown(wt.round(1)))
-    print(f"\nexpected wall time: {wt['minutes'].iloc[-1]:.0f} min\n{assumptions_note(args.forward_ms)}")
+    lo, hi = wt["minutes_low"].iloc[-1], wt["minutes_high"].iloc[-1]
+    print(f"\nexpected wall time: {lo:.0f} - {hi:.0f} min\n{assumptions_note(args.forward_ms)}")
 
 
 if __name__ == "__main__":
