@@ -1,6 +1,9 @@
 # mrp-repro: the two commands are `make reproduce` and `make test`.
 #   make reproduce PROFILE=tiny      # default; CPU, 2 cores
-#   make test PYTEST_ARGS="-m 'not slow' -x"
+#   make test PYTEST_ARGS="-x"           # the suite less the slow tests (<= 12 min on 2 cores)
+#   make test-portable                   # numerics-sensitive tests under each CPU capability emulated here
+#   make test-slow                       # the slow tests (CI runs them once, after test-portable)
+#   make test-random SEED=1234           # the suite in a random order (pytest-randomly; the seed is printed)
 #   make reproduce PROFILE=tiny NPROC=2  # heavy stages (trajectories, head, decoding grids) on 2 torchrun ranks
 #   make reproduce FROM_SCRATCH=1        # retrain the published backbone and head (artifacts/<profile>/) and compare
 # Profiles: configs/<name>.yaml (smoke, tiny, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
@@ -18,11 +21,14 @@ STAMP := $(VENV)/.setup-stamp
 KERNEL := mrp-repro
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test reproduce ablations variance lab clean distclean gpu-check
+.PHONY: help setup test test-portable test-slow test-random reproduce ablations variance lab clean distclean gpu-check
 
 help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
-	@echo "make test        setup, then pytest (PYTEST_ARGS=... passes through)"
+	@echo "make test        setup, then pytest less the slow tests (PYTEST_ARGS=... passes through)"
+	@echo "make test-portable  the numerics-sensitive tests under each emulated CPU capability ($(PORTABLE_CAPS))"
+	@echo "make test-slow   the tests marked slow (CI runs them once)"
+	@echo "make test-random the suite in a random order; SEED=N repeats one (the seed is printed at the top)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
@@ -52,7 +58,29 @@ $(STAMP): pyproject.toml | $(VPY)
 	@touch $@
 
 test: setup
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: setup
+	$(VPY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+SEED ?=
+test-random: setup
+	$(VPY) -m pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(PYTEST_ARGS)
+
+# The numerics-sensitive tests (bf16/fp32 losslessness, upstream equality, kernels, determinism, adjacent KL,
+# published-artifact regeneration on smoke) under each CPU capability this machine can emulate: ATen's kernels
+# (ATEN_CPU_CAPABILITY), MKL's code path and oneDNN's ISA held to AVX2. `make test` is the native run. What cannot be
+# emulated (arm64, AMX, a GPU): docs/portability.md. The Triton-import and benchmark-plumbing tests are left out
+# (no numerics). Measured: docs/portability.md.
+PORTABLE_TESTS := tests/test_lossless_bf16.py tests/test_upstream.py tests/test_kernels.py tests/test_determinism.py \
+  tests/test_adjacent.py tests/test_published.py
+PORTABLE_K := not import_without_triton and not bench
+PORTABLE_CAPS ?= avx2 default
+CAP_avx2 := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+CAP_default := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+test-portable: setup
+	@$(foreach c,$(PORTABLE_CAPS),echo "== test-portable: $(c): $(CAP_$(c))" && \
+	  env $(CAP_$(c)) $(VPY) -m pytest -q -k "$(PORTABLE_K)" $(PORTABLE_TESTS) $(PYTEST_ARGS) && ) true
 
 reproduce: setup
 	$(if $(FROM_SCRATCH),MRP_REPRO_FROM_SCRATCH=$(FROM_SCRATCH) )$(VPY) -m mrp_repro.reproduce --profile $(PROFILE) --nproc $(NPROC)
