@@ -91,12 +91,31 @@ def test_make_test_runs_pytest():
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    assert ".venv/bin/python -m pytest -q -k foo" in out.stdout
+    assert '.venv/bin/python -m pytest -q -m "not slow" -k foo' in out.stdout  # the slow ones: make test-slow
+
+
+def _make_n(*args):
+    out = subprocess.run(["make", "-n", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_test_portable_runs_each_emulated_capability():
+    out = _make_n("test-portable")
+    for env in ("ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2",
+                "ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"):  # fmt: skip
+        assert f"env {env} .venv/bin/python -m pytest" in out, out
+    assert "tests/test_lossless_bf16.py" in out and "tests/test_published.py" in out
+    assert "-m slow" in _make_n("test-slow") and "--randomly-seed=7" in _make_n("test-random", "SEED=7")
 
 
 def test_ci_run_is_executable():
     ci = ROOT / ".ci" / "run"
-    assert ci.stat().st_mode & 0o111 and "make test" in ci.read_text()
+    text = ci.read_text()
+    assert ci.stat().st_mode & 0o111 and "make test" in text
+    # every test runs in CI: the suite, the portable subset under the emulated CPUs, the slow tests once
+    assert [line for line in text.splitlines() if line.startswith("make ")] == [
+        "make test", "make test-portable", "make test-slow"]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- runtime
