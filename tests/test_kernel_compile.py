@@ -95,7 +95,7 @@ def test_every_constexpr_flag_combination_is_compiled(compiled):
                     "'TILE_BLOCKS': 4}") in big  # fmt: skip
         assert len({c for c in comb if "'BLOCK_T': 64" in c}) == 4, (arch, sorted(comb))
     one_tile = {_flags(r["variant"]) for r in rows if r["arch"] == "sm_90" and "'TILE_BLOCKS': 1" in r["variant"]}
-    assert len(one_tile) == 6
+    assert len(one_tile) == 6 and all("'BLOCK': 512" in v for v in one_tile), sorted(one_tile)
 
 
 def test_the_check_fails_on_a_plain_global_read(compiled):
