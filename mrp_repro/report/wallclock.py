@@ -90,13 +90,20 @@ def _columns(mode, pol) -> dict:
 # ----------------------------------------------------------------------------- repeated interleaved passes
 
 
+def _pass_prompts(profile, batch_size: int) -> int:
+    """Prompts per benchmark of the passes at `batch_size`: PASS_PROMPTS_BATCH1 at batch 1, PASS_BATCHES batches
+    otherwise, and never more than a quarter of the grid's prompts (evaluation.n_prompts; smoke: 1)."""
+    want = PASS_PROMPTS_BATCH1 if batch_size == 1 else PASS_BATCHES * batch_size
+    return min(want, max(1, (profile.evaluation.n_prompts or 200) // 4))
+
+
 def repeated_passes(profile, backbone, head, batch_sizes=None, passes: int = PASSES, benchmarks=None,
                     n_prompts: int | None = None, max_new_tokens: int | None = None) -> pd.DataFrame:  # fmt: skip
     """Wall seconds of every speed setting (speed_settings) in `passes` interleaved passes, per benchmark and batch
-    size (default 1 and the decoding batch): each pass decodes the same prompts (PASS_PROMPTS_BATCH1 at batch 1,
-    PASS_BATCHES batches otherwise) with every setting once, the order rotated by one each pass, so a slow stretch
-    of the machine hits a different setting each time (n_prompts, max_new_tokens: smaller, for tests). One row
-    per (benchmark, batch_size, setting, repeat), `slot` its place in the pass."""
+    size (default 1 and the decoding batch): each pass decodes the same prompts (_pass_prompts) with every setting
+    once, the order rotated by one each pass, so a slow stretch of the machine hits a different setting each time
+    (n_prompts, max_new_tokens: smaller, for tests). One row per (benchmark, batch_size, setting, repeat), `slot`
+    its place in the pass."""
     from mrp_repro.backbone import encode_prompts
     from mrp_repro.measure.runs import eval_problems
 
@@ -105,7 +112,7 @@ def repeated_passes(profile, backbone, head, batch_sizes=None, passes: int = PAS
     rows = []
     for bs in sizes:
         settings = speed_settings(profile, head, bs)
-        n = n_prompts or (PASS_PROMPTS_BATCH1 if bs == 1 else PASS_BATCHES * bs)
+        n = n_prompts or _pass_prompts(profile, bs)
         for bench in benchmarks or profile.evaluation.benchmarks:
             prompts = encode_prompts(backbone, eval_problems(profile, bench, n))[:n]
             order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))  # as the grid: less padding
@@ -133,8 +140,8 @@ def pass_decodes(profile, head, passes: int = PASSES) -> dict:
     bs = int(profile.decoding.batch_size)
     n_bench = len(profile.evaluation.benchmarks)
     n_eval = profile.evaluation.n_prompts or 200
-    extra = sum(passes * len(speed_settings(profile, head, b)) * -(-(PASS_PROMPTS_BATCH1 if b == 1 else
-                PASS_BATCHES * b) // b) for b in sorted({1, bs})) * n_bench  # fmt: skip
+    extra = sum(passes * len(speed_settings(profile, head, b)) * -(-_pass_prompts(profile, b) // b)
+                for b in sorted({1, bs})) * n_bench  # fmt: skip
     spec = len(settings_for(profile, head, ("static", "speculative"))) * min(LATENCY_PROMPTS, n_eval)
     modes = len(settings_for(profile, head)) * -(-n_eval // bs)
     return {"passes": extra, "grids": (spec + modes) * n_bench}
