@@ -30,12 +30,20 @@ denominator) and keeps each position's prediction while the block is revealed (s
 below 1. The rule (report.claims): relative_kl at d = 1 at most RELATIVE_KL_MAX (an order of magnitude closer
 than an unrelated position), judged on the upper end of a bootstrap CI over positions, and failing on the random
 inits of the same shape. relative_kl_lo / relative_kl_hi: that CI.
+
+Every reduction over the vocabulary (log-softmax, the KL sums) and over positions (the mean) runs in float64, and
+the table holds the results rounded to float32 (issue 28): a float32 sum's order, and so its last bits, depends
+on the CPU's SIMD width (AVX-512, AVX2, none), and the KL of two near-identical distributions is a small sum of
+terms of both signs, so those bits moved kl_mean / kl_median / relative_kl by up to 0.4% between CPUs. In
+float64 the order changes ~1e-16 of the value, far below float32's rounding, so the same logits give the same
+table on every CPU (measured: docs/portability.md).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -82,7 +90,7 @@ class RecordingStatic(Static):
 
 
 def _pair_stats_logp(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """la, lb (N, V) log-probabilities -> KL(A||B) (N,), top-1 agreement (N,)."""
+    """la, lb (N, V) log-probabilities -> KL(A||B) (N,), top-1 agreement (N,), in la's dtype."""
     pa = la.exp()
     diff = torch.where(pa > 0, la - lb, torch.zeros_like(la))
     kl = (pa * diff).sum(-1).clamp(min=0)
@@ -90,14 +98,15 @@ def _pair_stats_logp(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def step_pair_stats(a: torch.Tensor, b: torch.Tensor, select: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """a, b (B, L, V) logits (-inf allowed where both are -inf); select (B, L) -> KL(A||B), top-1 agreement."""
-    return _pair_stats_logp(F.log_softmax(a[select], -1), F.log_softmax(b[select], -1))
+    """a, b (B, L, V) logits (-inf allowed where both are -inf); select (B, L) -> KL(A||B), top-1 agreement
+    (float64: the module docstring)."""
+    return _pair_stats_logp(F.log_softmax(a[select].double(), -1), F.log_softmax(b[select].double(), -1))
 
 
 def _step_terms(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per step, once: probabilities, log-probabilities with -inf (the mask column) as 0 (its probability is 0,
-    so it adds nothing to a KL), top-1. Shapes (B, L, V), (B, L, V), (B, L)."""
-    logp = F.log_softmax(logits, -1)
+    so it adds nothing to a KL), top-1. Shapes (B, L, V), (B, L, V), (B, L); float64 (the module docstring)."""
+    logp = F.log_softmax(logits.double(), -1)
     p = logp.exp()
     return p, logp.nan_to_num_(neginf=0.0), logits.argmax(-1)
 
@@ -129,9 +138,14 @@ def block_pair_stats(steps, max_distance: int, conf_below: float, acc: dict | No
     acc = {} if acc is None else acc
     low_name = f"conf<{conf_below}"
     # the vocabulary-wide terms once per step, reused by every pair and subset: at vocabulary 151,936
-    # they are the whole cost (step_pair_stats per pair and subset recomputed them 16 times per step)
-    terms = [_step_terms(a) for a, _ in steps]
+    # they are the whole cost (step_pair_stats per pair and subset recomputed them 16 times per step). Only
+    # steps t..t+max_distance are held (float64: twice float32's bytes, for max_distance + 1 steps, not all).
+    terms: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for t in range(len(steps)):
+        terms.pop(t - 1, None)
+        for i in range(t, min(t + max_distance, len(steps) - 1) + 1):
+            if i not in terms:
+                terms[i] = _step_terms(steps[i][0])
         p_a, lp_a, top_a = terms[t]
         m_a = steps[t][1]
         null = _null_kl(p_a, lp_a, m_a)  # (B, L)
@@ -144,7 +158,7 @@ def block_pair_stats(steps, max_distance: int, conf_below: float, acc: dict | No
             if not both.any():
                 continue
             kl = (p_a[both] * (lp_a[both] - lp_b[both])).sum(-1).clamp(min=0)
-            pair = torch.stack([kl, (top_a[both] == top_b[both]).float(), null[both]], 1)
+            pair = torch.stack([kl, (top_a[both] == top_b[both]).double(), null[both]], 1)
             acc.setdefault(("all", k), []).append(pair)
             if low[both].any():
                 acc.setdefault((low_name, k), []).append(pair[low[both]])
@@ -162,16 +176,22 @@ def _trajectory_stats(model, backbone, prompts, max_distance, conf_below, batch_
     return acc
 
 
+def _f32(x) -> float:
+    """A float64 statistic rounded to float32: its last bits (reduction order) never reach the table."""
+    return float(np.float32(float(x)))
+
+
 def frame_from_stats(acc: dict, label: str, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> list[dict]:
-    """block_pair_stats' accumulator -> one ADJACENT_COLUMNS row per (subset, distance) for model `label`."""
+    """block_pair_stats' accumulator -> one ADJACENT_COLUMNS row per (subset, distance) for model `label`;
+    statistics in float64, rounded to float32 (the module docstring)."""
     rows = []
     for (subset, k), parts in sorted(acc.items()):
-        x = torch.cat(parts)
+        x = torch.cat(parts).double()
         rel, lo, hi = relative_kl(x[:, 0], x[:, 2], n_boot, ci, seed)
-        rows.append(dict(model=label, subset=subset, distance=k, kl_mean=float(x[:, 0].mean()),
-                         kl_median=float(x[:, 0].median()), top1_agreement=float(x[:, 1].mean()),
-                         n_positions=int(x.shape[0]), kl_null_median=float(x[:, 2].nanmedian()),
-                         relative_kl=rel, relative_kl_lo=lo, relative_kl_hi=hi))  # fmt: skip
+        rows.append(dict(model=label, subset=subset, distance=k, kl_mean=_f32(x[:, 0].mean()),
+                         kl_median=_f32(x[:, 0].median()), top1_agreement=_f32(x[:, 1].mean()),
+                         n_positions=int(x.shape[0]), kl_null_median=_f32(x[:, 2].nanmedian()),
+                         relative_kl=_f32(rel), relative_kl_lo=_f32(lo), relative_kl_hi=_f32(hi)))  # fmt: skip
     return rows
 
 
