@@ -283,7 +283,36 @@ def main(argv: list[str] | None = None) -> int:
               f"{'= the profile' if not diff else 'differ: ' + '; '.join(diff)}")  # fmt: skip
         print(f"  trained at commit {t.get('git_commit')} (dirty: {t.get('git_dirty')}), torch {t.get('torch')}, "
               f"{t.get('threads')} threads, {t.get('machine')}, {t.get('wall_s')} s")  # fmt: skip
+    note = machine_note(profile.name)
+    if note:
+        print(note, file=sys.stderr)
     return 0
+
+
+#: the environment keys whose difference can move a table's last digits (runtime.cpu_numerics; docs/portability.md)
+MACHINE_KEYS = ("platform", "cpu_capability", "blas")
+
+
+def machine_note(name: str, env_csv: Path | None = None) -> str | None:
+    """A warning when this machine's CPU numerics (MACHINE_KEYS) differ from those recorded in the committed
+    figures/<name>/environment.csv, the run that made the committed tables; None when they match or none is
+    committed."""
+    import csv
+
+    from mrp_repro.runtime import cpu_numerics
+
+    path = env_csv or repo_root() / "figures" / name / "environment.csv"
+    if not path.exists():
+        return None
+    with open(path, newline="") as f:
+        made = {r["key"]: r["value"] for r in csv.DictReader(f)}
+    here = {k: str(v) for k, v in cpu_numerics().items()}
+    diff = [f"{k} {made.get(k, 'not recorded')} there, {here[k]} here" for k in MACHINE_KEYS if made.get(k) != here[k]]
+    if not diff:
+        return None
+    return (f"warning: this machine differs from the one that made the committed figures/{name}/ ({'; '.join(diff)}): "
+            "make reproduce gives the same accuracy and TPF tables, but KL columns can move in their last digits "
+            "(docs/portability.md says which and by how much)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -124,7 +124,22 @@ def run_notebook(nb: Path, profile, param: str, kernel: str = KERNEL, parameters
     out.parent.mkdir(parents=True, exist_ok=True)
     pm.execute_notebook(str(nb), str(out), parameters={"profile": param, **(parameters or {})}, kernel_name=kernel,
                         cwd=str(nb.parent), progress_bar=False)  # fmt: skip
-    return publish_notebook(out, figures_dir(profile) / "notebooks" / nb.name)
+    published = publish_notebook(out, figures_dir(profile) / "notebooks" / nb.name)
+    _stamp_commit(published, profile)
+    return published
+
+
+def _stamp_commit(path: Path, profile) -> None:
+    """The commit the notebook ran at, in the published copy's metadata (mrp_repro.git_commit, git_dirty): every
+    copy of one figures/<profile>/ must carry environment.md's (tests/test_notebooks.py)."""
+    import json
+
+    from mrp_repro.runtime import provenance
+
+    prov = provenance(profile, "cpu")
+    nb = json.loads(path.read_text())
+    nb.setdefault("metadata", {})["mrp_repro"] = {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"]}
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def heavy_stages(profile, param: str, nproc: int) -> None:

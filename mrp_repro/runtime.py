@@ -270,6 +270,33 @@ def _device_name(device: torch.device) -> str:
     return f"{device.type}: {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
 
 
+#: the variables that hold torch's CPU kernels to a lesser instruction set (make test-portable; docs/portability.md)
+CPU_ISA_VARS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def _blas() -> str:
+    import re
+
+    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return m.group(1) if m else "unknown"
+
+
+def cpu_numerics() -> dict[str, Any]:
+    """What a CPU result's last bits depend on (issue 28): platform, torch's CPU capability (the SIMD width of ATen's
+    kernels: AVX512, AVX2, DEFAULT...), the BLAS, torch's threads, and any CPU_ISA_VARS set."""
+    held = ",".join(f"{v}={os.environ[v]}" for v in CPU_ISA_VARS if os.environ.get(v))
+    return {"platform": f"{sys.platform}-{platform.machine()}",
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "blas": _blas(),
+            "threads": torch.get_num_threads(), "cpu_isa_env": held}  # fmt: skip
+
+
+def machine_summary() -> str:
+    """cpu_numerics() as one string, e.g. `linux-x86_64 AVX512 mkl 2 threads`: the runs column `machine`."""
+    c = cpu_numerics()
+    held = f" ({c['cpu_isa_env']})" if c["cpu_isa_env"] else ""
+    return f"{c['platform']} {c['cpu_capability']} {c['blas']} {c['threads']} threads{held}"
+
+
 def provenance(profile: Profile, device: str | torch.device | None = None) -> dict[str, Any]:
     """What produced a result: profile, code version, package versions, device, time (UTC)."""
     dev = torch.device(device) if device is not None else pick_device()
@@ -291,6 +318,7 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
         "device_name": _device_name(dev),
         "cuda": torch.version.cuda,
         "mkl_cbwr": os.environ.get("MKL_CBWR"),  # MKL's reproducibility mode (mrp_repro/__init__.py sets it)
+        **{k: v for k, v in cpu_numerics().items() if k != "platform"},  # cpu_capability, blas, threads, cpu_isa_env
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
 

@@ -190,3 +190,48 @@ def test_pick_dtype(monkeypatch):
     monkeypatch.setenv("MRP_REPRO_DTYPE", "int3")
     with pytest.raises(ValueError, match="int3"):
         runtime.pick_dtype("cpu")
+
+
+# ----------------------------------------------------------------------------- the machine (issue 28)
+
+
+def test_provenance_and_runs_rows_record_the_cpu_numerics(smoke_profile, monkeypatch):
+    """environment.md and every runs row say which CPU capability, BLAS and threads made them, and any variable
+    that held the instruction set down (make test-portable's)."""
+    import torch
+
+    from mrp_repro import runtime
+    from mrp_repro.measure.schema import RUN_COLUMNS
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    prov = runtime.provenance(smoke_profile, device="cpu")
+    assert prov["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and prov["blas"]
+    assert prov["threads"] == torch.get_num_threads() and prov["cpu_isa_env"] == "ONEDNN_MAX_CPU_ISA=AVX2"
+    s = runtime.machine_summary()
+    assert prov["cpu_capability"] in s and f"{prov['threads']} threads" in s and "ONEDNN_MAX_CPU_ISA=AVX2" in s
+    assert "machine" in RUN_COLUMNS
+
+
+def test_published_warns_when_the_machine_differs(tmp_path):
+    import csv
+
+    from mrp_repro import published, runtime
+
+    here = runtime.cpu_numerics()
+    env = tmp_path / "environment.csv"
+
+    def write(**over):
+        with open(env, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["key", "value"])
+            for k, v in {**here, **over}.items():
+                w.writerow([k, v])
+
+    write()
+    assert published.machine_note("tiny", env) is None
+    write(threads=here["threads"] + 1)  # threads alone do not move a table (MKL_CBWR strict; docs/portability.md)
+    assert published.machine_note("tiny", env) is None
+    write(cpu_capability="NOSUCH")
+    note = published.machine_note("tiny", env)
+    assert note.startswith("warning:") and "cpu_capability NOSUCH there" in note and "docs/portability.md" in note
+    assert published.machine_note("tiny", tmp_path / "missing.csv") is None

@@ -80,20 +80,38 @@ def smoke_dirs(tmp_path_factory):
             os.environ[k] = v
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
+#: (smoke root, notebook) -> its published copy: the notebooks this module has run in its smoke dirs
+_SMOKE_RAN: dict[tuple[str, str], Path] = {}
+
+
+def _run_smoke(name, kernel, root) -> Path:
+    """Notebook `name` on smoke as `make reproduce` runs it, after every notebook before it that has not run yet in
+    this module's smoke dirs (each once): a test owns the run it reads, in any order and alone (issue 28).
+    -> the published executed copy."""
     from mrp_repro.config import load_profile
     from mrp_repro.reproduce import run_notebook
 
+    for n in sorted(EXPECTED):
+        if n > name:
+            break
+        if (str(root), n) in _SMOKE_RAN:
+            continue
+        env = {"MRP_REPRO_DEVICE": "cpu"}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            nb = ROOT / "notebooks" / f"{n}.ipynb"
+            _SMOKE_RAN[str(root), n] = run_notebook(nb, load_profile("smoke"), "smoke", kernel, SMOKE_PARAMS.get(n))
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return _SMOKE_RAN[str(root), name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
     nb = ROOT / "notebooks" / f"{name}.ipynb"
-    env = {"MRP_REPRO_DEVICE": "cpu"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        published = run_notebook(nb, load_profile("smoke"), "smoke", kernel, SMOKE_PARAMS.get(name))  # make reproduce
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    published = _run_smoke(name, kernel, smoke_dirs)  # make reproduce's call, with the notebooks before it
     figs = smoke_dirs / "figures" / "smoke"
     exp = EXPECTED[name]
     files = [f"{s}.{e}" for s in exp.get("figures", []) for e in ("png", "pdf")]
@@ -109,10 +127,36 @@ def test_notebook_runs_on_smoke(name, kernel, smoke_dirs):
     cells = [c for c in json.loads(text)["cells"] if c["cell_type"] == "code"]
     assert any(c.get("outputs") for c in cells) and all(c.get("execution_count") for c in cells), name
     assert str(ROOT) not in text and published.stat().st_size < 2_000_000, (name, published.stat().st_size)
+    # the commit it ran at, as environment.md records the run's (00 ran first)
+    assert json.loads(text)["metadata"]["mrp_repro"]["git_commit"] == _table_commit(figs), name
     if exp.get("tables"):  # the glossary beside them defines every column of every table written so far
         from mrp_repro.report.tables import glossary_markdown, table_columns
 
         assert set(exp["tables"]) <= set(table_columns(figs)) and not glossary_markdown(figs)[1], name
+
+
+def _table_commit(figs: Path) -> str:
+    """The commit recorded in figures/<profile>/environment.csv (notebook 00: runtime.provenance)."""
+    import csv
+
+    with open(figs / "environment.csv", newline="") as f:
+        return {r["key"]: r["value"] for r in csv.DictReader(f)}["git_commit"]
+
+
+# PENDING (issue 28): the committed figures/tiny/ predates the per-notebook commit stamp (reproduce._stamp_commit), so
+# this fails until figures/tiny/ is regenerated in one run (make reproduce, then make ablations for 10, at one
+# commit). Remove the xfail marker in the commit that regenerates it; strict: an unmarked pass is an error.
+@pytest.mark.xfail(strict=True, reason="PENDING: figures/tiny/ not yet regenerated with the commit stamp (issue 28)")
+@pytest.mark.parametrize("profile", ["tiny"])
+def test_committed_notebooks_carry_the_tables_commit(profile):
+    """Every executed notebook under the committed figures/<profile>/notebooks/ ran at the commit its tables record
+    (environment.md's git_commit): a figure regenerated alone at a later commit beside older tables shows here."""
+    figs = ROOT / "figures" / profile
+    commit = _table_commit(figs)
+    nbs = sorted((figs / "notebooks").glob("*.ipynb"))
+    assert [nb.stem for nb in nbs] == sorted(EXPECTED)
+    stamps = {nb.stem: json.loads(nb.read_text())["metadata"].get("mrp_repro", {}).get("git_commit") for nb in nbs}
+    assert all(c == commit for c in stamps.values()), (commit, stamps)
 
 
 def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_dirs):
@@ -129,6 +173,7 @@ def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_di
     from mrp_repro.report import grids, paper, scaling
     from mrp_repro.reproduce import heavy_stages
 
+    _run_smoke("09_claims", kernel, smoke_dirs)  # the one-process grids (01, 05-07; 09 the controls), if not yet
     P = load_profile("smoke")
     one = {g: paper.result_path(P, g).read_text() for g in grids.GRIDS}
     scaling.clear_grids(P, grids.GRIDS)

@@ -43,6 +43,7 @@ from mrp_repro.decoding import (
 from mrp_repro.decoding.upstream import UpstreamSpeculative, UpstreamStatic
 from mrp_repro.decoding.upstream_remask import UpstreamDynamic, UpstreamRemask
 from mrp_repro.measure.schema import MODES, RUN_COLUMNS, UPSTREAM_COUNTERS
+from mrp_repro.runtime import machine_summary
 from mrp_repro.tasks import synthetic
 
 __all__ = ["model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first", "batch_order",
@@ -167,6 +168,7 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
         batches = tqdm(batches, desc=policy.name, leave=False, dynamic_ncols=True)
     setting = _setting_columns(mode, policy)
     rank = distributed.current().rank
+    machine = machine_summary()
     rows: dict[int, dict] = {}
     for idx in batches:
         t0 = time.perf_counter()
@@ -177,7 +179,8 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
             text = decode(backbone, res.tokens[j])
             sc = score_problem(p, text)
             rows[i] = {
-                "model": model, "paper_model": paper_model, "inputs": inputs, "benchmark": p.benchmark,
+                "model": model, "paper_model": paper_model, "inputs": inputs, "machine": machine,
+                "benchmark": p.benchmark,
                 "problem_id": p.task_id,
                 "prompt_index": i, **setting,
                 "batch_size": batch_size, "correct": bool(sc["correct"]), "valid_chain": float(sc["valid_chain"]),

@@ -32,6 +32,9 @@ RUN_COLUMNS: dict[str, str] = {
     "`backbone|head=<source>@<commit, else the requested revision, else local>#<12 hex of the sha256 over its files' "
     "sha256s>`, `;`-joined; each file's sha256 in runs/<profile>/inputs-<profile hash>.json; empty for a scratch "
     "backbone without a released head",
+    "machine": "the CPU numerics the row was decoded with (runtime.machine_summary): platform, torch's CPU capability "
+    "(the SIMD width of its kernels: AVX512, AVX2, DEFAULT), the BLAS, torch's threads, and any variable holding the "
+    "instruction set down (docs/portability.md); on a GPU the same, of the host",
     "benchmark": "our benchmark: synth-math, synth-code, gsm8k, math500, humaneval, mbpp",
     "problem_id": "the problem's id within its benchmark (Problem.task_id)",
     "prompt_index": "the problem's position in the benchmark's evaluation list (0-based)",

@@ -44,8 +44,9 @@ from mrp_repro.trajectories import model_fingerprint
 
 __all__ = ["ShardError", "grid_shards", "grid_key", "collect_runs_sharded", "merge_shards", "TIMING_COLUMNS"]
 
-#: columns measured by a rank's clock: the only ones a sharded grid's merge may differ in from one process
-TIMING_COLUMNS = ("wall_s", "wall_rank")
+#: columns measured by a rank's clock, and the machine column (a rank's threads): the only ones a sharded grid's
+#: merge may differ in from one process
+TIMING_COLUMNS = ("wall_s", "wall_rank", "machine")
 
 
 class ShardError(UserError, RuntimeError):
