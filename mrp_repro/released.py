@@ -14,7 +14,10 @@ A head only predicts the residuals of the backbone it was trained on, so the rel
 against the profile's: every shape (config.json), then a fingerprint of a few tensors (embeddings, lm_head,
 the first layer's input norm, the last layer's post-attention norm, the final norm), compared in the lower
 precision of the stored dtype and the loaded backbone's dtype (a cast down is exact, so equal weights give
-equal fingerprints). A mismatch is a ReleasedHeadMismatch naming both fingerprints.
+equal fingerprints). A mismatch is a ReleasedHeadMismatch naming both fingerprints. Before any of that the files
+are read through the directory's manifest (checkpoint.checkpoint_files): a hub-cache snapshot's files are hashed
+and compared with their blob's content name (a flipped byte in the cached head is a CheckpointError), a generated
+one is checked against its integrity.json.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 import torch
 
 from mrp_repro import checkpoint as ckpt_io
+from mrp_repro import integrity
 from mrp_repro.errors import UserError
 from mrp_repro.mrp import PREFIX, MRPHead, head_from_released
 
@@ -238,12 +242,12 @@ def save_released(model, head: MRPHead, out_dir, block_size: int, extra: dict | 
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in backbone_tensors(model).items()}
     tensors.update({PREFIX + k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()})
-    tmp = out / "model.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    tmp.replace(out / "model.safetensors")
+    with integrity.atomic_file(out / "model.safetensors") as tmp:  # a unique temporary name, renamed into place
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
     cfg = ckpt_io.config_to_hub_json(
         model.config,
         {"num_nextn_predict_layers": head.num_layers, "num_mrp_heads": 1, "block_size": block_size, **(extra or {})},
     )
-    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    with integrity.atomic_file(out / "config.json") as tmp:
+        tmp.write_text(json.dumps(cfg, indent=2))
     return out
