@@ -11,7 +11,9 @@
     stages.released_heldout(P, bb, head)       # a loaded head's held-out KL(B || A + C) vs KL(B || A); no training
 
 Every notebook and command line reaches artifacts through these functions only. Each one reuses what is
-valid and redoes what is missing or damaged (a deleted or truncated shard, a head file cut short); each
+valid (checked against its integrity record: done.json's sha256 of every output, the shards' manifest) and redoes
+what is missing or damaged (a deleted or truncated shard, a head file cut short or changed); a stage holds a lock
+on its directory (a second process gets one line naming the holder's PID: mrp_repro.integrity); each
 artifact directory is named by a hash of exactly the settings it depends on (`*_dir` functions), plus the
 backbone's weight fingerprint for everything trained or collected on a backbone. Published artifacts
 (mrp_repro.published) stand in for the backbone and head whenever they apply; MRP_REPRO_FROM_SCRATCH=1 retrains.

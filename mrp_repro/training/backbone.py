@@ -22,11 +22,13 @@ Prompt tokens are never masked. No shift: position i predicts token i.
 
 Data order and noise are keyed by (seed, step), so a resumed run sees exactly
 the batches an uninterrupted one would; checkpoints hold the model (hub format),
-optimizer, scheduler and RNG states, written atomically (a temporary directory renamed into place).
+optimizer, scheduler and RNG states (tensors and plain types: state.pt loads with weights_only=True) and an
+integrity.json, written atomically (a temporary directory renamed into place). One process trains a directory at
+a time (integrity.stage_lock); done.json records the sha256 of every output (`finished` checks it before reuse).
 
-Recovery: a finished run whose model/ was deleted rewrites it from the last checkpoint (no step is
-retrained); an unreadable checkpoint is an error naming it and the fix (delete it: training restarts
-from step 0 and, batches being keyed by step, ends at the same weights).
+Recovery: a finished run whose model/ was deleted or no longer matches done.json's record rewrites it from the
+last checkpoint (no step is retrained); an unreadable, changed or code-carrying checkpoint is an error naming it
+and the fix (delete it: training restarts from step 0 and, batches being keyed by step, ends at the same weights).
 """
 
 from __future__ import annotations

@@ -25,12 +25,14 @@ Optimiser: AdamW (lr mrp_training.lr), linear warmup over warmup_frac of the ste
 min_lr_ratio. Batches are keyed by (seed, step), so a resumed run equals an uninterrupted one.
 Artifacts: head/ (mrp.safetensors in the released naming + mrp_config.json), metrics.json,
 loss_curve.csv / .json (train loss per step; held-out MRP KL and uncorrected KL(B || A) at every
-checkpoint), ckpt.pt (resume state), provenance.json, done.json. Every file is written to a temporary
-name and renamed, so a killed run leaves the previous checkpoint intact.
+checkpoint), ckpt.pt (resume state; tensors and plain types, loaded with weights_only=True) and its
+ckpt.pt.sha256.json, provenance.json, done.json (the sha256 of every output: the integrity record). Every file
+is written to a unique temporary name and renamed, so a killed run leaves the previous checkpoint intact.
 
-Recovery: a finished run whose head is missing or unreadable is rewritten from ckpt.pt on the next call
-(no retraining); an unreadable ckpt.pt is an error naming it (delete it: training restarts from step 0,
-with the same batches, so the same head). A head is checked against the backbone's fingerprint.
+Recovery: a finished run whose head is missing, unreadable or not matching done.json's record is rewritten from
+ckpt.pt on the next call (stages.train_head; no retraining); an unreadable, changed or code-carrying ckpt.pt is an
+error naming it (delete it: training restarts from step 0, with the same batches, so the same head). A head is
+checked against the backbone's fingerprint.
 """
 
 from __future__ import annotations
