@@ -159,6 +159,9 @@ def test_committed_notebooks_carry_the_tables_commit(profile):
     assert all(c == commit for c in stamps.values()), (commit, stamps)
 
 
+# slow (make test-slow, once in CI): two torchrun ranks re-collect every grid; tests/test_ddp_grid.py checks the
+# sharded grid's equality with one process in make test
+@pytest.mark.slow
 def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_dirs):
     """`make reproduce NPROC=2` on the smoke run above: the heavy stages reuse the backbone, trajectories and head,
     collect every grid again on 2 torchrun ranks, and the merged files equal the notebooks' one-process ones but
@@ -285,6 +288,9 @@ def test_every_notebook_runs_the_sdar_path_on_sdar_mini(kernel, tmp_path):
     _assert_released_run(tmp_path, figs)
 
 
+# slow (make test-slow, once in CI): bf16 decoding of every mode is in make test through test_mrp_modes and
+# test_lossless_bf16; this is the same through the notebooks on sdar-mini
+@pytest.mark.slow
 def test_sdar_mini_decodes_in_bf16(kernel, tmp_path):
     """MRP_REPRO_DTYPE=bfloat16 through the notebooks that load and decode: 04 (the released head in bf16, its
     held-out check; nothing trained) and 05 (every mode's grid: static, dynamic, speculative, direct, naive,
