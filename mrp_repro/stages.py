@@ -129,7 +129,7 @@ def backbone(
         rerun = BACKBONE_COMMAND.format(name=profile.cli_arg)
         from mrp_repro.training.backbone import finished, train_backbone
 
-        if finished(out, quiet=not train_if_missing) is None:  # every output against done.json's sha256 record
+        if finished(out) is None:  # every output against done.json's sha256 record (a mismatch is named)
             if not train_if_missing:
                 raise BackboneNotTrained(f"no trained backbone at {out} (or it does not match its record); run {rerun}")
             train_backbone(profile, out, progress=progress)  # a finished run's damaged model: rewritten from ckpt
