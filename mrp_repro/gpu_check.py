@@ -2,8 +2,8 @@
 engine, one CSV per section, each written as soon as its section finishes.
 
     make gpu-check                                                # no network: the machine's CUDA torch (Makefile)
-    python -m mrp_repro.gpu_check --out DIR                       # on a CUDA machine: ~6 min on one H100/H200
-    python -m mrp_repro.gpu_check --out DIR --device cpu --small  # the same code at tiny shapes (tests/test_gpu_check.py)
+    python -m mrp_repro.gpu_check --out DIR                       # on a CUDA machine: ~6 min on one H100/H200 (below)
+    python -m mrp_repro.gpu_check --out DIR --device cpu --small  # the same code, tiny shapes (tests/)
     sh scripts/gpu_probe.sh                                       # a lent GPU, end to end, under $OUT
 
 --out DIR is the only place it writes: DIR/<section>.csv per section (columns: section, item, value, unit, ok,
@@ -27,6 +27,13 @@ check failed (ok False), after everything ran. Sections, in order (--sections pi
                    speculative(3, mrp) rounds per second, eager, growing and static cache
   engine_compiled  model.compile_model in the mode CUDA gets ("reduce-overhead": CUDA graphs, graph_safe) at
                    SDAR-4B widths with 4 layers (compile time bounded): tokens equal eager, rounds per second
+
+Time on one H100/H200, estimated (not yet run on one), from what each section launches and moves: kernel_check
+~1 min (about a dozen Triton compiles of 1-2 s, the 151,936-wide inputs drawn on the CPU), batch_invariance and
+verify_bitwise seconds (~1e9 parameters initialised twice, 15 verifies), mismatch ~1 min (~75 toy generations of
+~50 forwards at ~100 launches each, Python-bound), kernels seconds, engine ~0.5 min (8.8 GB of weights initialised,
+4 generations of ~32 rounds of ~15 ms), engine_compiled 2-4 min (inductor compiles of each call kind at 4 layers):
+~5-7 min. It runs last, so scripts/gpu_probe.sh's 480 s limit cuts only it.
 """
 
 from __future__ import annotations
@@ -197,7 +204,8 @@ def verify_bitwise_rows(dev, small: bool) -> list[dict]:
                     rows.append(_row(S, f"{str(dtype)[6:]} batch {B} K={M} verify={path}", diff,
                                      "max |logit - loop's|", ok, f"bitwise={same}"))  # fmt: skip
                 except Exception as exc:
-                    rows.append(_row(S, f"{str(dtype)[6:]} batch {B} verify={path}", float("nan"), "", False, _err(exc)))
+                    rows.append(_row(S, f"{str(dtype)[6:]} batch {B} verify={path}", float("nan"), "", False,
+                                     _err(exc)))  # fmt: skip
         del model
     return rows
 

@@ -64,7 +64,8 @@ def _cudagraph_standin(monkeypatch):
 
 def _decodes(m, h, ps):
     out = []
-    for pol in (Static(1), Speculative(3, "mrp", head=h, verify="loop"), Speculative(3, "mrp", head=h, verify="checked")):
+    for pol in (Static(1), Speculative(3, "mrp", head=h, verify="loop"),
+                Speculative(3, "mrp", head=h, verify="checked")):  # fmt: skip
         for fuse, static in ((False, False), (True, False), (False, True)):
             r = generate(m, ps, pol, 4, MASK, [2], 8, pad_id=PAD, fuse_commit=fuse, static_cache=static)
             out.append((pol.name, fuse, static, r.tokens, r.stats))

@@ -83,12 +83,11 @@ def test_speculative_on_the_cuda_path_is_static_and_one_call_per_verify():
     for verify in ("checked", "loop"):
         pol = Speculative(3, "mrp", head=h, verify=verify)
         assert generate(m, ps, pol, *args, pad_id=PAD).tokens == want  # also warms checked's per-shape check
-        calls, verifies = [0], [0]
-        real = m.forward_candidates
+        calls, verifies, real = [0], [0], m.forward_candidates
 
-        def counted(*a, **k):
-            verifies[0] += 1
-            calls[0] += verify_passes(m, lambda: counted.out.append(real(*a, **k)))
+        def counted(*a, _real=real, _calls=calls, _verifies=verifies, **k):
+            _verifies[0] += 1
+            _calls[0] += verify_passes(m, lambda: counted.out.append(_real(*a, **k)))
             return counted.out.pop()
 
         counted.out = []

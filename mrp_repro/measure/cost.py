@@ -16,11 +16,11 @@ training-time head_cost_ratio in the head's metrics.json (a provenance record, q
 verify_cost[K] = one verify of K candidates by the run's verify path (decoding.verify, model.VERIFY_PATHS: "exact"
 is "fold" on CPU, "checked" elsewhere, i.e. the K candidates folded into the batch of ONE backbone call wherever
 that call is bitwise K block forwards, else K calls) / one forward; verify_passes[K] = the backbone calls that
-verify makes, counted (1 for fold, checked-and-bitwise and packed; K for loop); head_cost = one head step
-(+ lm_head) / one forward; all measured at the decoding batch size. predicted speedup = static forwards / (forwards - rounds +
-rounds * verify_cost + head calls * head_cost), per prompt, counting block seeds and commits (head cost 0
-for the naive and oracle drafters); beside the measured speedup, the difference is per-round overhead
-outside the model (Python, sampling, bookkeeping). stages.train_head records head_cost_ratio in the head's metrics.json.
+verify makes, counted (1 for fold, checked-and-bitwise and packed; K for loop); head_cost = one head step (+
+lm_head) / one forward; all measured at the decoding batch size. predicted speedup = static forwards / (forwards -
+rounds + rounds * verify_cost + head calls * head_cost), per prompt, counting block seeds and commits (head cost 0
+for the naive and oracle drafters); beside the measured speedup, the difference is per-round overhead outside the
+model (Python, sampling, bookkeeping). stages.train_head records head_cost_ratio in the head's metrics.json.
 """
 
 from __future__ import annotations
