@@ -15,6 +15,13 @@ Layout: rows are left-padded by whole blocks so every row's blocks start at mult
 of the block size in its own positions (as upstream SDAR: position 0 is the first
 prompt token), and all rows share one block index. A row whose prompt ends inside a
 block denoises the rest of that block first.
+
+Compiled (decoding.compile, model.compile_model): on CUDA every backbone and head call is a CUDA-graph replay whose
+outputs the next replay may overwrite, while this loop keeps them (a block forward's hidden state feeds the head
+after later calls, a loop verify stacks M forwards, a seed's logits outlive the verify); model.graph_safe marks a
+new graph step per call and returns clones, so nothing here reads an overwritten output (tests/test_compiled.py).
+Accounting: a verify counts one denoising forward per working row whatever its path (upstream's definition of
+TPF); the backbone calls it makes (1 folded, M for loop) are measure.cost's verify_passes.
 """
 
 from __future__ import annotations
