@@ -256,16 +256,17 @@ def test_two_writers_never_share_a_temporary_name(tmp_path):
 
 
 def test_a_second_stage_on_a_locked_directory_names_the_holder_and_does_nothing(tmp_runs):
-    """Two processes, one runs folder: the second `stages backbone` exits with one line naming the first's PID and
-    writes nothing (before: both trained, or one died on a fixed temporary name)."""
+    """Two processes, one runs folder: a second `stages backbone` exits with one line naming the first's PID and
+    writes nothing, and so does a second head stage (before: both trained, or one died on a fixed temporary name)."""
     p = load_profile("smoke")
-    out = stages.backbone_dir(p)
+    bb = stages.random_backbone(p, std=0.2, seed=0)
+    out, head_out = stages.backbone_dir(p), stages.head_dir(p, bb)
     env = {**os.environ, "MRP_REPRO_RUNS": str(tmp_runs)}
     hold = ("import sys, time; from mrp_repro import integrity\n"
-            "with integrity.stage_lock(sys.argv[1], 'test'):\n"
+            "with integrity.stage_lock(sys.argv[1], 'test'), integrity.stage_lock(sys.argv[2], 'test'):\n"
             "    print('held', flush=True); time.sleep(60)")  # fmt: skip
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=env, stdout=subprocess.PIPE, text=True,
-                              cwd=repo_root())  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out), str(head_out)], env=env, stdout=subprocess.PIPE,
+                              text=True, cwd=repo_root())  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
         t0 = time.time()
@@ -276,6 +277,9 @@ def test_a_second_stage_on_a_locked_directory_names_the_holder_and_does_nothing(
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and f"PID {holder.pid}" in lines[0] and str(out) in lines[0], r.stderr
         assert not (out / "done.json").exists() and not list(out.glob("ckpt-*")) and time.time() - t0 < 60
+        with pytest.raises(integrity.StageLocked, match=f"PID {holder.pid}"):
+            stages.train_head(p, bb, progress=False)
+        assert not (head_out / "done.json").exists() and not list((tmp_runs / "smoke").glob("trajectories-*"))
     finally:
         holder.kill()
         holder.wait()
