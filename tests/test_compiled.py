@@ -105,10 +105,12 @@ def test_the_standin_catches_an_engine_that_keeps_outputs(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="inductor on CPU needs gcc")
 def test_reduce_overhead_compiles_on_cpu():
-    """The real torch.compile in the mode CUDA gets (inductor skips the graphs on CPU, the wrapper still runs)."""
-    m, h = random_backbone(4, torch.float32), random_head(4, torch.float32)
-    ps = random_prompts(2, 1, 9)
-    want = generate(m, ps, Speculative(3, "mrp", head=h, verify="checked"), 4, MASK, [2], 8, pad_id=PAD).tokens
-    compile_model(m, h, mode="reduce-overhead")
-    got = generate(m, ps, Speculative(3, "mrp", head=h, verify="checked"), 4, MASK, [2], 8, pad_id=PAD).tokens
-    assert got == want
+    """The real torch.compile in the mode CUDA gets (inductor skips the graphs on CPU; graph_safe still runs), on
+    the fewest call kinds (prefill, block forward, commit): inductor on CPU takes minutes per kind."""
+    m = random_backbone(4, torch.float32)
+    ps = random_prompts(1, 1, 5)
+    want = generate(m, ps, Static(1), 4, MASK, [2], 4, pad_id=PAD)
+    compile_model(m, mode="reduce-overhead")
+    assert m.forward.mrp_compiled and hasattr(m.forward, "compiled")  # graph_safe around torch.compile
+    got = generate(m, ps, Static(1), 4, MASK, [2], 4, pad_id=PAD)
+    assert (got.tokens, got.stats) == (want.tokens, want.stats)
