@@ -421,18 +421,15 @@ def result_problem(profile: Profile, name: str) -> str | None:
 
 def load_result(profile: Profile, name: str) -> pd.DataFrame | None:
     """A result frame written by an earlier notebook on this profile, or None: also when the file does not match its
-    integrity record (sha256, size, rows; a CSV cut short is never reused), with a note naming it on stderr."""
-    from mrp_repro import integrity
-
+    integrity record (size and sha256, which pin its rows too: a CSV cut short is never reused), with a note naming
+    it on stderr."""
     path = result_path(profile, name)
     if not path.exists():
         return None
-    df = pd.read_csv(path) if (why := result_problem(profile, name)) is None else None
-    if df is not None and (why := integrity.sidecar_problem(path, rows=len(df))) is not None:
-        df = None
-    if df is None:
+    if (why := result_problem(profile, name)) is not None:
         print(f"results: not reusing {why}; it is recomputed", file=sys.stderr)
-    return df
+        return None
+    return pd.read_csv(path)
 
 
 def cached_result(profile: Profile, name: str, compute) -> pd.DataFrame:
