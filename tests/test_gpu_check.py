@@ -77,10 +77,10 @@ def test_a_failing_section_is_a_row_and_the_rest_still_run(tmp_path, monkeypatch
 
     monkeypatch.setitem(gpu_check.SECTION_FNS, "kernel_check", boom)
     rc = gpu_check.main(["--out", str(tmp_path), "--device", "cpu", "--small", "--sections",
-                         "kernel_check,batch_invariance"])  # fmt: skip
+                         "kernel_check,verify_bitwise"])  # fmt: skip
     df = pd.read_csv(tmp_path / "gpu_check.csv")
     assert rc == 1 and "overwritten" in df[df["section"] == "kernel_check"]["note"].iloc[0]
-    assert (tmp_path / "batch_invariance.csv").exists()
+    assert (tmp_path / "verify_bitwise.csv").exists()
 
 
 def test_out_is_required(capsys):
