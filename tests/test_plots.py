@@ -102,7 +102,8 @@ def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path
         ["static"] + [f"K={k}" for k in SPEC_K] + ["upstream static"] + [f"upstream K={k}" for k in SPEC_K])
     assert {ln.get_label() for ln in _lines(right)} == {f"{b} {p}K={k}" for b in BENCHES for p in ("", "upstream ")
                                                          for k in SPEC_K}  # fmt: skip
-    fig = plots.plot_speedup(plots.at_batch(paper.speculative_table(both, n_boot=10), both))
+    one = synthetic_runs(n=N, algorithms=("ours", "upstream"), batch_size=1)  # the latency grid: the paper's speed
+    fig = plots.plot_speedup(plots.at_batch(paper.speculative_table(one, n_boot=10), one))
     assert set(_fig_legend(fig)) == {"paper (SDAR-8B)"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
                                                            for k in SPEC_K}  # fmt: skip
 
@@ -137,11 +138,11 @@ def _fig_legend(fig):
 
 
 def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
-    both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
+    both = synthetic_runs(n=N, algorithms=("ours", "upstream"), batch_size=1)  # the latency grid
     spec = plots.at_batch(paper.speculative_table(both, n_boot=10), both)
     spec_all_k = spec.assign(paper_throughput_speedup=1.4)  # even a table with a paper value beside every row
-    fig = plots.plot_speedup(spec_all_k, plots.at_batch(paper.direct_table(runs, n_boot=10), runs))
-    (ax,) = fig.axes
+    fig = plots.plot_speedup(spec_all_k, plots.at_batch(paper.direct_table(both, n_boot=10), both))
+    (ax,) = fig.axes  # one batch size: one panel
     bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
     want = [f"{p}speculative K={k}" for p in ("", "upstream ") for k in SPEC_K] + ["direct step1", "direct step2"]
     assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
@@ -154,6 +155,7 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     assert all(np.isclose(xs, x).any() for x in mid["upstream speculative K=3"])
     others = [x for k, v in mid.items() if "speculative" in k and k != "upstream speculative K=3" for x in v]
     assert not any(np.isclose(xs, x).any() for x in others)
+    assert all(np.isclose(xs, x).any() for k in ("direct step1", "direct step2") for x in mid[k])  # the paper's
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):
@@ -180,6 +182,15 @@ def test_speedup_figure_one_batch_size_per_panel(tmp_path):
         want = t[t["K"] == 3].set_index("benchmark").reindex(ticks)["throughput_speedup"]
         assert np.allclose([p.get_height() for p in k3.patches], want)
     assert all(n > 0 for n in plots.legend_points(fig).values())
+    # the paper's speculative speedup (one prompt at a time) stands in the batch-1 panel only
+    both = pd.concat([plots.at_batch(paper.speculative_table(r, n_boot=0), r) for r in
+                      (synthetic_runs(n=N, batch_size=1, algorithms=("ours", "upstream")),
+                       synthetic_runs(n=N, batch_size=32, algorithms=("ours", "upstream")))])  # fmt: skip
+    fig2 = plots.plot_speedup(both.assign(paper_throughput_speedup=1.4))
+    per_panel = [sum(len(c.get_offsets()) for c in ax.collections if c.get_label().startswith("paper"))
+                 for ax in fig2.axes]  # fmt: skip
+    assert per_panel == [len(BENCHES), 0]
+    matplotlib.pyplot.close(fig2)
     with pytest.raises(ValueError, match="batch sizes"):
         plots.at_batch(paper.speculative_table(one, n_boot=0), pd.concat([one, many]))
     _save(fig, tmp_path, "speedup_panels")

@@ -397,7 +397,8 @@ def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     """Wall-clock speedup over static per benchmark, one panel per batch size (a speedup at batch 1 and one at
     batch 32 are different measurements and never share an axis): one bar series per speculative K and per direct
-    step (ours with CI), the paper's number as a black diamond on each bar it stands beside. Each table carries
+    step (ours with CI), the paper's number as a black diamond on each bar it stands beside (speculative: batch 1
+    only, the paper's latency regime). Each table carries
     the batch size of its runs in column batch_size (plots.at_batch); a table may hold several."""
     what = "plot_speedup"
     cols = ["benchmark", "batch_size", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
@@ -407,9 +408,11 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     _need(speculative, cols + ["K"], what)
     from mrp_repro.report.paper import PAPER_SPECULATIVE_K
 
-    # the paper's speculative table is the released code's K = 3: its number stands beside upstream K = 3 only
+    # the paper's speculative table is the released code's K = 3, one prompt at a time (its latency regime): its
+    # number stands beside upstream K = 3 at batch 1 only
     algos = speculative["algorithm"]
-    at_paper = (speculative["K"] == PAPER_SPECULATIVE_K).to_numpy() & (algos.to_numpy() == "upstream")
+    at_paper = ((speculative["K"] == PAPER_SPECULATIVE_K).to_numpy() & (algos.to_numpy() == "upstream")
+                & (speculative["batch_size"] == 1).to_numpy())  # fmt: skip
     spec = speculative.assign(paper_throughput_speedup=speculative["paper_throughput_speedup"].where(at_paper))
     parts = [spec.assign(series=[f"{'' if a == 'ours' else 'upstream '}speculative K={int(k)}"
                                  for k, a in zip(spec["K"], algos, strict=True)])]  # fmt: skip
