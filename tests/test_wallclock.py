@@ -185,3 +185,21 @@ def test_claims_report_reads_the_checks_a_failed_clock_is_not_measurable():
     assert all(fine[k] != NOT_MEASURABLE for k in spec)
     others = [k for k in fast.index if k[0] not in wallclock.SPEED_CLAIMS]
     assert others and all(fast[k] == fine[k] for k in others)
+
+
+def test_at_a_larger_batch_the_ceiling_counts_each_batchs_longest_row():
+    """Rows of one batch share one wall_s; the batch runs until its longest row is done. Static: forwards 4, 4, 4, 20
+    (one batch); dynamic: 2, 2, 2, 5. Per-row means give a 2.9x ceiling, the batch's longest rows 4x: a measured
+    3.9x is within the batch's ceiling (a mean-based check would call it impossible)."""
+    rows = []
+    for mode, setting, fws, wall in (("static", "static(1)", (4, 4, 4, 20), 20.0), ("dynamic", "dynamic(0.5)",
+                                                                                (2, 2, 2, 5), 20.0 / 3.9)):
+        for i, f in enumerate(fws):
+            rows.append(dict(benchmark="b", algorithm="ours", batch_size=4, mode=mode, setting=setting,
+                             problem_id=f"b/{i}", drafter="", rule="", K=float("nan"),
+                             threshold=0.5 if mode == "dynamic" else float("nan"), tokens=8, wall_s=wall / 4,
+                             denoise_forwards=f, commit_forwards=0))  # fmt: skip
+    c = wallclock.checks_table({"modes_runs": pd.DataFrame(rows)}, n_boot=50)
+    (r,) = c.itertuples()
+    assert r.speedup == pytest.approx(3.9) and r.check_reference == pytest.approx(4.0 * (1 + wallclock.CEILING_SLACK))
+    assert r.check_passed

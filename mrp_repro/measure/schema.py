@@ -230,7 +230,7 @@ TABLE_COLUMNS: dict[str, str] = {
     "weighted_tpf": "tokens per byte-weighted denoising forward: sum of tokens / sum of (denoise_forwards + "
     "mrp_forwards x head_cost); equals tpf where no head is called",
     "sanity_check": "the wall-clock sanity check (report.wallclock): ceiling (the speedup's CI upper bound within "
-    "CEILING_SLACK of its forward-count ceiling, nfe_speedup), agreement (two grids timing the same decode at the "
+    "CEILING_SLACK of its forward-count ceiling: nfe_speedup at batch 1, each batch's longest row above), agreement (two grids timing the same decode at the "
     "same batch size give overlapping speedup CIs), repeatable (the grid's speedup CI meets the range of the "
     "repeated interleaved passes, and its direction holds in every pass)",
     "check_reference": "x: what the speedup is checked against: the ceiling with its slack (ceiling), the other "
