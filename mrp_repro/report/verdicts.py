@@ -190,8 +190,8 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
               "hold** (the CI is on the wrong side); **not measured**. Each claim's declared statistic, null and "
               "control are listed below the tables.", "",
               _seeds_line(across, main)]  # fmt: skip
-    head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | MRP vs its no-MRP control | control verdict "
-            "| robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | control (MRP vs its no-MRP control) | "
+            "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
     for g, title in _SECTIONS:
         rows = groups[g]
         if rows.empty:
@@ -202,8 +202,8 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
                                 r.reason, r.control, r.control_verdict, r.robust, r.verdict_across_seeds))  # fmt: skip
     if len(ext):
         lines += ["", "## Extensions beyond the paper's grid (judged by the same rule; counted in no group)", "",
-                  "| claim | scope | paper | ours | verdict | reason | MRP vs its no-MRP control | control verdict | "
-                  "robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "| claim | scope | paper | ours | verdict | reason | control (MRP vs its no-MRP control) | "
+                  "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in ext.itertuples(index=False):
             lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason, r.control,
                                 r.control_verdict, r.robust, r.verdict_across_seeds))  # fmt: skip
