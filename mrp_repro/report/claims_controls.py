@@ -224,5 +224,13 @@ def mode_sentences(report: pd.DataFrame) -> dict[str, str]:
         else:
             s = (f"MRP itself helps in {len(won)} of {len(measured)} verdicts ({where(won)}); not in "
                  f"{where(measured[measured['control_verdict'] != HOLDS])}.")
+        if mode == "remasking":  # the second control: dynamic decoding at equal TPF, head calls charged
+            eq = rows[(rows["id"] == "remask-equal-speed") & rows["scope"].str.endswith("equal charged_tpf")]
+            eq = eq[eq["verdict"] != NA]
+            if len(eq):
+                named = {HOLDS: "above", NOT: "below", NOT_SHOWN: "not shown apart from"}
+                s = s[:-1] + ("; against dynamic decoding at equal TPF with head calls charged it is " + ", ".join(
+                    f"{named.get(v, v)} the frontier on {sc.split(',')[0]}" for v, sc in zip(eq["verdict"], eq["scope"],
+                                                                                          strict=True)) + ".")
         out[mode] = f"{mode}: {s}"
     return out
