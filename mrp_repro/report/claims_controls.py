@@ -35,7 +35,19 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.measure import stats
-from mrp_repro.report.verdicts import DIRECTION, HOLDS, NA, NOT, NOT_SHOWN, SHORT, Outcome, direction, fmt_ci
+from mrp_repro.report.verdicts import (
+    DIRECTION,
+    HOLDS,
+    MODE_CLAIMS,
+    NA,
+    NOT,
+    NOT_SHOWN,
+    SHORT,
+    Outcome,
+    direction,
+    fmt_ci,
+    mode_sentences,
+)
 
 __all__ = ["Control", "head_cost", "charged_forwards", "speculative", "direct", "lookahead", "remask", "gate",
            "combine", "mode_sentences", "MODE_CLAIMS", "UNTRAINED_SETTING", "RANDOM_VETO_SETTING"]  # fmt: skip
@@ -43,9 +55,6 @@ __all__ = ["Control", "head_cost", "charged_forwards", "speculative", "direct", 
 #: the settings of controls_runs (decoding.controls' policy names)
 UNTRAINED_SETTING = "direct({k},untrained)"
 RANDOM_VETO_SETTING = "random_veto({tau:g},tau)"
-#: the claims each mode's sentence reads (their control verdicts), in report order
-MODE_CLAIMS = {"speculative": ("speculative-speedup",), "direct": ("direct-tradeoff", "mrp-graceful"),
-               "remasking": ("remask-recovers", "remask-max-gain", "remask-gain-shrinks")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -190,7 +199,7 @@ def remask(tables, ctx, bench: str, tau: float) -> Control:
     return Control(text, v, why)
 
 
-# ----------------------------------------------------------------------------- gating and the per-mode sentence
+# ---------------------------------------------------------------- gating (the per-mode sentence: verdicts.mode_sentences)
 
 
 def gate(o: Outcome, c: Control, ctx) -> Outcome:
@@ -199,38 +208,3 @@ def gate(o: Outcome, c: Control, ctx) -> Outcome:
     if ctx.controls and o.verdict in (HOLDS, DIRECTION, SHORT) and c.verdict != HOLDS:
         o = replace(o, verdict=NOT_SHOWN, reason=f"{o.reason}; but not shown to be MRP's: {c.reason or c.text}")
     return o
-
-
-def mode_sentences(report: pd.DataFrame) -> dict[str, str]:
-    """mode -> one sentence, from the control verdicts of MODE_CLAIMS' paper rows (extensions left out)."""
-    out = {}
-    rows = report[~report["extension"].astype(bool)] if "extension" in report.columns else report
-    for mode, ids in MODE_CLAIMS.items():
-        r = rows[rows["id"].isin(ids) & (rows["control_verdict"] != "")]
-        if mode == "speculative":  # the no-head drafter exists in our family only
-            r = r[r["control_verdict"] != NA]
-        measured = r[r["control_verdict"] != NA]
-        if measured.empty:
-            out[mode] = f"{mode}: no no-MRP control was measured on this profile, so it cannot say whether MRP helps."
-            continue
-        won = measured[measured["control_verdict"] == HOLDS]
-        lost = measured[measured["control_verdict"] == NOT]
-        where = lambda t: ", ".join(f"{i} ({s})" if s else i for i, s in zip(t["id"], t["scope"], strict=True))  # noqa: E731
-        if len(won) == len(measured):
-            s = f"MRP itself helps on this profile: it beats its no-MRP control in every verdict ({where(won)})."
-        elif won.empty:
-            s = ("MRP itself is not shown to help on this profile: it beats its no-MRP control in none of "
-                 f"{len(measured)} verdicts" + (f"; the control is better in {where(lost)}" if len(lost) else "") + ".")
-        else:
-            s = (f"MRP itself helps in {len(won)} of {len(measured)} verdicts ({where(won)}); not in "
-                 f"{where(measured[measured['control_verdict'] != HOLDS])}.")
-        if mode == "remasking":  # the second control: dynamic decoding at equal TPF, head calls charged
-            eq = rows[(rows["id"] == "remask-equal-speed") & rows["scope"].str.endswith("equal charged_tpf")]
-            eq = eq[eq["verdict"] != NA]
-            if len(eq):
-                named = {HOLDS: "above", NOT: "below", NOT_SHOWN: "not shown apart from"}
-                s = s[:-1] + ("; against dynamic decoding at equal TPF with head calls charged it is " + ", ".join(
-                    f"{named.get(v, v)} the frontier on {sc.split(',')[0]}" for v, sc in zip(eq["verdict"], eq["scope"],
-                                                                                          strict=True)) + ".")
-        out[mode] = f"{mode}: {s}"
-    return out

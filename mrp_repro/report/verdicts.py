@@ -18,7 +18,7 @@ import pandas as pd
 
 __all__ = ["HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "VERDICTS", "Outcome", "Context", "na", "missing",
            "fmt", "fmt_ci", "direction", "sized", "ALL_SEEDS", "with_across_seeds", "report_markdown",
-           "write_report", "tally"]  # fmt: skip
+           "write_report", "tally", "mode_sentences", "MODE_CLAIMS"]  # fmt: skip
 
 HOLDS = "holds"
 DIRECTION = "holds in direction; size not compared"
@@ -122,6 +122,46 @@ def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.D
     return out
 
 
+#: the claims each mode's sentence reads (their control verdicts), in report order
+MODE_CLAIMS = {"speculative": ("speculative-speedup",), "direct": ("direct-tradeoff", "mrp-graceful"),
+               "remasking": ("remask-recovers", "remask-max-gain", "remask-gain-shrinks")}  # fmt: skip
+
+
+def mode_sentences(report: pd.DataFrame) -> dict[str, str]:
+    """mode -> one sentence, from the control verdicts of MODE_CLAIMS' paper rows (extensions left out)."""
+    out = {}
+    rows = report[~report["extension"].astype(bool)] if "extension" in report.columns else report
+    for mode, ids in MODE_CLAIMS.items():
+        r = rows[rows["id"].isin(ids) & (rows["control_verdict"] != "")]
+        if mode == "speculative":  # the no-head drafter exists in our family only
+            r = r[r["control_verdict"] != NA]
+        measured = r[r["control_verdict"] != NA]
+        if measured.empty:
+            out[mode] = f"{mode}: no no-MRP control was measured on this profile, so it cannot say whether MRP helps."
+            continue
+        won = measured[measured["control_verdict"] == HOLDS]
+        lost = measured[measured["control_verdict"] == NOT]
+        where = lambda t: ", ".join(f"{i} ({s})" if s else i for i, s in zip(t["id"], t["scope"], strict=True))  # noqa: E731
+        if len(won) == len(measured):
+            s = f"MRP itself helps on this profile: it beats its no-MRP control in every verdict ({where(won)})."
+        elif won.empty:
+            s = ("MRP itself is not shown to help on this profile: it beats its no-MRP control in none of "
+                 f"{len(measured)} verdicts" + (f"; the control is better in {where(lost)}" if len(lost) else "") + ".")
+        else:
+            s = (f"MRP itself helps in {len(won)} of {len(measured)} verdicts ({where(won)}); not in "
+                 f"{where(measured[measured['control_verdict'] != HOLDS])}.")
+        if mode == "remasking":  # the second control: dynamic decoding at equal TPF, head calls charged
+            eq = rows[(rows["id"] == "remask-equal-speed") & rows["scope"].str.endswith("equal charged_tpf")]
+            eq = eq[eq["verdict"] != NA]
+            if len(eq):
+                named = {HOLDS: "above", NOT: "below", NOT_SHOWN: "not shown apart from"}
+                s = s[:-1] + ("; against dynamic decoding at equal TPF with head calls charged it is " + ", ".join(
+                    f"{named.get(v, v)} the frontier on {sc.split(',')[0]}" for v, sc in zip(eq["verdict"], eq["scope"],
+                                                                                          strict=True)) + ".")
+        out[mode] = f"{mode}: {s}"
+    return out
+
+
 #: claims.md's sections, in order: the report's `group` column (report.claims.GROUPS) and its heading
 _SECTIONS = (("paper", "The paper's claims"), ("package", "The package's own claims (not the paper's)"),
              ("implementation", "Implementation checks (true by construction under exact verification)"))  # fmt: skip
@@ -161,8 +201,6 @@ def _with_columns(report: pd.DataFrame) -> pd.DataFrame:
 
 def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "",
                     across: pd.DataFrame | None = None) -> str:  # fmt: skip
-    from mrp_repro.report.claims_controls import mode_sentences
-
     report = with_across_seeds(_with_columns(report), across)
     main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
     groups = tally(report)
