@@ -181,11 +181,11 @@ def test_good_tables_hold_and_bad_tables_do_not(reports):
     loose = good["id"].isin(["mrp-graceful"]) | ((good["id"].isin(["direct-tradeoff", "remask-recovers"]))
                                                  & good["scope"].str.startswith("synth-code"))  # fmt: skip
     assert good.loc[loose, "verdict"].isin([*GOOD, claims.NOT_SHOWN]).all()
-    no_cost = good["scope"].str.endswith("charged_tpf")  # these results carry no cost model
+    no_cost = good["scope"].str.endswith("weighted_tpf")  # these results carry no cost model
     assert (good.loc[no_cost, "verdict"] == claims.NA).all() and no_cost.sum() == 4
     good = good[~loose & ~no_cost]
     assert good.loc[~good["extension"], "verdict"].isin(GOOD).all(), good[["id", "scope", "verdict"]]
-    bad = bad[~bad["scope"].str.endswith("charged_tpf")]
+    bad = bad[~bad["scope"].str.endswith("weighted_tpf")]
     assert bad["verdict"].isin([claims.NOT, claims.NOT_SHOWN]).all(), bad[["id", "scope", "verdict"]]
     # sized claims: the direction only on a non-comparable profile; properties hold outright
     for algo in ("ours", "upstream"):  # each algorithm its own scope, against its own static

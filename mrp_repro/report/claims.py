@@ -450,7 +450,7 @@ CLAIMS: tuple[Claim, ...] = (
           f"comparable profiles: speedup >= {1 - SPEEDUP_TOLERANCE:.2f} × the paper's",
           f"{_CI_RULE}; sized (see tolerance); {_CONTROL_GATE}", "speculative", _spec_speedup,
           declared="statistic: wall-clock speedup over static(1) of speculative(3, mrp), paired bootstrap CI over "
-          "prompts; null: 1; control: speculative(3, naive) (no head), the charged-TPF ratio MRP / control with head "
+          "prompts; null: 1; control: speculative(3, naive) (no head), the weighted_tpf ratio MRP / control with head "
           "calls charged at the measured head_cost, null 1; the oracle drafter's TPF as the ceiling"),
     Claim("direct-tradeoff", "Direct mode trades a little accuracy for more speed (MRP step 1 / step 2).",
           "direct table", "per benchmark and step: wall-clock speedup over static(1) (CI) and the paired accuracy "
@@ -509,14 +509,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("remask-equal-speed", "(Not a paper claim.) Remasking beats plain dynamic decoding at equal speed.",
           "issue 23: matched-speed comparison", "accuracy margin of remask(τ, tau) at the paper's τ = 0.5 over the "
           "dynamic frontier (static + dynamic(τ), Pareto points joined) at the same TPF, the same TPF with head "
-          "calls charged at their measured cost (charged_tpf), and the same wall-clock speedup; paired bootstrap CI; "
+          "calls charged at their measured cost (weighted_tpf), and the same wall-clock speedup; paired bootstrap CI; "
           "no best-of over τ (report.claims_remask)", "0", "none (the paper compares at equal τ only)", "–",
           f"{_CI_RULE}; {_CONTROL_GATE}", "matched_speed", cr.equal_speed("remask"), group="package",
-          declared="statistic: margin over the dynamic frontier of remask(0.5, tau), per axis (tpf, charged_tpf, "
+          declared="statistic: margin over the dynamic frontier of remask(0.5, tau), per axis (tpf, weighted_tpf, "
           "wall_speedup), paired bootstrap CI; null: 0; control: random_veto(0.5), as remask-recovers"),
     Claim("direct-equal-speed", "(Not a paper claim.) Direct mode beats plain dynamic decoding at equal speed.",
           "issue 23: matched-speed comparison", f"accuracy margin of direct(K in {DIRECT_STEPS}) over the dynamic "
-          "frontier at the same TPF, charged TPF and wall-clock speedup; the better step, its CI Bonferroni-corrected "
+          "frontier at the same TPF, weighted_tpf and wall-clock speedup; the better step, its CI Bonferroni-corrected "
           "over the steps", "0", "none", "–", f"{_CI_RULE} (the better step's margin, Bonferroni CI); {_CONTROL_GATE}",
           "matched_speed", cr.equal_speed("direct", DIRECT_STEPS), group="package",
           declared="statistic: margin over the dynamic frontier of the better of direct(1), direct(2), Bonferroni CI "

@@ -8,7 +8,7 @@
 The controls, declared (each claim's `declared` text in report.claims names the one it uses):
 
 - speculative: speculative(K, naive) on the same prompts of the same grid (drafts from the backbone's own logits, no
-  head). Statistic: the ratio of *charged TPF* (tokens / (denoising forwards + head_cost × head calls), head_cost the
+  head). Statistic: the ratio of *weighted TPF* (weighted_tpf) (tokens / (denoising forwards + head_cost × head calls), head_cost the
   run's measured cost model at the grid's batch size, measure.cost; "uncharged" when the run has none) of MRP over
   the control, paired bootstrap CI over prompts; null 1. The oracle drafter's TPF (the backbone's own future picks)
   is printed as the ceiling, the wall-clock ratio beside it.
@@ -19,7 +19,7 @@ The controls, declared (each claim's `declared` text in report.claims names the 
 - remasking: the random veto at the same τ (decoding.controls.RandomVeto: on every state as many fresh reveals
   revoked as remask(τ, tau) would, chosen at random, at the same head cost). Statistic: the paired accuracy
   difference remask(τ, tau) − random_veto(τ); null 0. Equal speed with head calls charged is remask-equal-speed's
-  `charged_tpf` axis (report.claims_remask).
+  `weighted_tpf` axis (report.claims_remask).
 
 gate(): where the run decoded the controls (ctx.controls: controls_runs is present), a verdict that would hold (or
 hold in direction) reads **not shown** unless its control verdict holds: the effect is then not shown to be MRP's.
@@ -49,7 +49,7 @@ from mrp_repro.report.verdicts import (
     mode_sentences,
 )
 
-__all__ = ["Control", "head_cost", "charged_forwards", "speculative", "direct", "lookahead", "remask", "gate",
+__all__ = ["Control", "head_cost", "weighted_denoise_forwards", "speculative", "direct", "lookahead", "remask", "gate",
            "combine", "mode_sentences", "MODE_CLAIMS", "UNTRAINED_SETTING", "RANDOM_VETO_SETTING"]  # fmt: skip
 
 #: the settings of controls_runs (decoding.controls' policy names)
@@ -84,7 +84,7 @@ def head_cost(tables, batch_size: int) -> float:
     return float(hit["head_cost"].iloc[0]) if len(hit) else math.nan
 
 
-def charged_forwards(runs: pd.DataFrame, cost: float) -> pd.Series:
+def weighted_denoise_forwards(runs: pd.DataFrame, cost: float) -> pd.Series:
     """Denoising forwards plus head calls charged at `cost` forwards each (0 where the run has no cost model)."""
     c = 0.0 if math.isnan(cost) else cost
     return runs["denoise_forwards"].astype(float) + c * runs["mrp_forwards"].astype(float)
@@ -124,17 +124,17 @@ def speculative(tables, ctx, bench: str, algorithm: str, K: int) -> Control:
     bs = int(m["batch_size"].iloc[0])
     cost = head_cost(tables, bs)
     charge = "uncharged: no cost model" if math.isnan(cost) else f"head calls at {cost:.2f} forwards"
-    x, lo, hi = stats.ratio_ci(m["tokens"], charged_forwards(m, cost), n["tokens"], charged_forwards(n, cost),
+    x, lo, hi = stats.ratio_ci(m["tokens"], weighted_denoise_forwards(m, cost), n["tokens"], weighted_denoise_forwards(n, cost),
                                ctx.n_boot, ctx.ci)  # fmt: skip
     w = stats.ratio_ci(m["tokens"], m["wall_s"], n["tokens"], n["wall_s"], ctx.n_boot, ctx.ci)
     tpf = lambda r: r["tokens"].sum() / max(r["denoise_forwards"].sum(), 1)  # noqa: E731
     ceiling = f"; oracle ceiling TPF {tpf(o):.2f}" if len(o) else ""
-    text = (f"vs speculative({K},naive) (no head): TPF {tpf(m):.2f} vs {tpf(n):.2f}{ceiling}; charged-TPF ratio "
+    text = (f"vs speculative({K},naive) (no head): TPF {tpf(m):.2f} vs {tpf(n):.2f}{ceiling}; weighted_tpf ratio "
             f"{fmt_ci(x, lo, hi, 2)}× ({charge}, batch {bs}); wall-clock ratio {fmt_ci(*w, 2)}×")  # fmt: skip
     v = direction(lo, hi, 1.0)
     why = {HOLDS: "MRP's drafts beat the no-head drafter's at their charged cost",
            NOT: "the no-head drafter beats MRP's drafts at their charged cost",
-           NOT_SHOWN: "the charged-TPF ratio's CI holds 1: MRP's drafts are not shown to beat the no-head drafter's"}[v]
+           NOT_SHOWN: "the weighted_tpf ratio's CI holds 1: MRP's drafts are not shown to beat the no-head drafter's"}[v]
     return Control(text, v, why)
 
 

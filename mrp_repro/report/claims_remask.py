@@ -6,7 +6,7 @@
 The paper's words as the tests (issue 27): "recovers most" = recovery share (remask − dynamic) / (static − dynamic)
 above 0.5; the largest gain over the paper's τ with a Bonferroni CI over those τ; equal-speed margins at the paper's
 τ = 0.5 only (remask) or the better of the paper's two direct steps with a Bonferroni CI over both, on three axes:
-TPF, TPF with head calls charged at their measured cost (charged_tpf), wall clock. Every MRP verdict is gated by its
+TPF, TPF with head calls charged at their measured cost (weighted_tpf), wall clock. Every MRP verdict is gated by its
 no-MRP control (report.claims_controls).
 """
 
@@ -223,7 +223,7 @@ def shrinks(tables, ctx) -> list[Outcome]:
 
 
 #: the equal-speed axes the claims judge: the matched table's two and TPF with head calls charged
-EQUAL_SPEED_AXES = ("tpf", "charged_tpf", "wall_speedup")
+EQUAL_SPEED_AXES = ("tpf", "weighted_tpf", "wall_speedup")
 
 
 def equal_speed(mode: str, steps=(1, 2)):
@@ -249,8 +249,8 @@ def equal_speed(mode: str, steps=(1, 2)):
         level = bonferroni(ctx.ci, n_set)
         t = pareto.matched_speed_table(sub, ctx.n_boot, level)
         cost = cc.head_cost(tables, int(sub["batch_size"].iloc[0]))
-        ch = pareto.matched_speed_table(sub.assign(denoise_forwards=cc.charged_forwards(sub, cost)), ctx.n_boot, level)
-        ch = ch[ch["axis"] == "tpf"].assign(axis="charged_tpf")
+        ch = pareto.matched_speed_table(sub.assign(denoise_forwards=cc.weighted_denoise_forwards(sub, cost)), ctx.n_boot, level)
+        ch = ch[ch["axis"] == "tpf"].assign(axis="weighted_tpf")
         t = pd.concat([t, ch], ignore_index=True)
         t = t[t["mode"] == mode]
         out = []
@@ -258,7 +258,7 @@ def equal_speed(mode: str, steps=(1, 2)):
             for axis in EQUAL_SPEED_AXES:
                 g = t[(t["benchmark"] == bench) & (t["axis"] == axis)]
                 scope = f"{bench}, equal {axis}"
-                if axis == "charged_tpf" and math.isnan(cost):
+                if axis == "weighted_tpf" and math.isnan(cost):
                     out += na("no cost model: head calls cannot be charged", scope)
                     continue
                 g = g[g["at_equal_speed"] != "beyond"]
@@ -271,7 +271,7 @@ def equal_speed(mode: str, steps=(1, 2)):
                         f"best {best['setting']} of {n_set} ({100 * level:.1f}% Bonferroni CI)")  # fmt: skip
                 ours = (f"{what}: {fmt_ci(best['margin'], best['margin_lo'], best['margin_hi'], 1, True)} pts vs the "
                         f"frontier's {best['dynamic_accuracy']:.1f}% at {axis} {best['speed']:.2f}")  # fmt: skip
-                if axis == "charged_tpf":
+                if axis == "weighted_tpf":
                     ours += f" (head calls at {cost:.2f} forwards)"
                 why = {HOLDS: "the margin over the dynamic frontier has a CI above 0",
                        NOT: "below the dynamic frontier at equal speed (CI below 0)",

@@ -151,7 +151,7 @@ def mode_sentences(report: pd.DataFrame) -> dict[str, str]:
             s = (f"MRP itself helps in {len(won)} of {len(measured)} verdicts ({where(won)}); not in "
                  f"{where(measured[measured['control_verdict'] != HOLDS])}.")
         if mode == "remasking":  # the second control: dynamic decoding at equal TPF, head calls charged
-            eq = rows[(rows["id"] == "remask-equal-speed") & rows["scope"].str.endswith("equal charged_tpf")]
+            eq = rows[(rows["id"] == "remask-equal-speed") & rows["scope"].str.endswith("equal weighted_tpf")]
             eq = eq[eq["verdict"] != NA]
             if len(eq):
                 named = {HOLDS: "above", NOT: "below", NOT_SHOWN: "not shown apart from"}
