@@ -84,6 +84,32 @@ def test_claims_across_seeds_take_the_weakest_seed_and_reach_claims_md(tmp_path)
     assert "has not run" in verdicts.write_report(main, tmp_path, "tiny", False).read_text()  # none: said so
 
 
+def test_an_across_seeds_verdict_attaches_only_to_the_same_declared_test(tmp_path):
+    """variance_claims.csv judged under an earlier declared statistic (or before `declared` was recorded) must not lend
+    its robust / verdict_across_seeds to a claim whose test has changed since."""
+    from mrp_repro.report import verdicts
+
+    rec = ("remask-recovers", "synth-code, τ=0.5")
+    old = {k: _report({rec: HOLDS}).assign(declared="statistic: gain; null: 0") for k in
+           ((variance.HEAD, 0), (variance.HEAD, 1))}  # fmt: skip
+    a = variance.claims_across_seeds(old, published_seed=0)
+    assert set(a["declared"]) == {"statistic: gain; null: 0"}
+    base = _report({rec: HOLDS}).assign(
+        claim="c", paper="", ours="", reason="r", statistic="s", null="n", paper_number="p", tolerance="–",
+        verdict_rule="v", table="t", source="s")  # fmt: skip
+    same = verdicts.write_report(base.assign(declared="statistic: gain; null: 0"), tmp_path, "tiny", False, "", a)
+    assert str(pd.read_csv(tmp_path / "claims.csv", keep_default_na=False).loc[0, "robust"]) == "True"
+    assert "judged under earlier declared tests" not in same.read_text()
+    md = verdicts.write_report(base.assign(declared="statistic: recovery share; null: 0.5"), tmp_path, "tiny", False,
+                               "", a).read_text()  # fmt: skip
+    out = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False)
+    assert out.loc[0, "robust"] == "" and out.loc[0, "verdict_across_seeds"] == ""
+    assert "judged under earlier declared tests (1 verdicts" in md
+    legacy = a.drop(columns="declared")  # a variance_claims.csv written before `declared` was recorded
+    verdicts.write_report(base.assign(declared="statistic: gain; null: 0"), tmp_path, "tiny", False, "", legacy)
+    assert pd.read_csv(tmp_path / "claims.csv", keep_default_na=False).loc[0, "robust"] == ""
+
+
 def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs, monkeypatch):
     from mrp_repro import stages
 

@@ -76,7 +76,8 @@ ALL_SEEDS = verdicts.ALL_SEEDS
 #: the published run's fail the statistic (claims.md).
 SEED_CLAIMS = ("adjacent-similar", "mrp-fits-residual", "speculative-lossless", "speculative-accuracy",
                "remask-recovers", "remask-max-gain", "remask-gain-shrinks")  # fmt: skip
-_CLAIMS = ("id", "scope", "seed_kind", "seeds", "seed_verdicts", "verdict_across_seeds", "robust", "robust_reason")
+_CLAIMS = ("id", "scope", "seed_kind", "seeds", "seed_verdicts", "verdict_across_seeds", "robust", "robust_reason",
+           "declared")
 CLAIM_COLUMNS = {c: TABLE_COLUMNS[c] for c in _CLAIMS}
 
 
@@ -264,6 +265,8 @@ def claims_across_seeds(reports: dict[tuple[str, int], pd.DataFrame], published_
 
     verdicts = {k: {(r.id, r.scope): r.verdict for r in rep[rep["id"].isin(SEED_CLAIMS)].itertuples()}
                 for k, rep in reports.items()}  # fmt: skip
+    # the declared test each verdict was judged by: claims.md attaches an across-seeds verdict only to the same test
+    declared = {r.id: getattr(r, "declared", "") for rep in reports.values() for r in rep.itertuples()}
     keys = list(dict.fromkeys(key for v in verdicts.values() for key in v))
     kinds = [k for k in (HEAD, BACKBONE) if any(kk == k for kk, _ in reports)]
     members = {k: sorted((m for m in reports if m[0] == k), key=lambda m: m[1]) for k in kinds}
@@ -280,7 +283,8 @@ def claims_across_seeds(reports: dict[tuple[str, int], pd.DataFrame], published_
             rb = robust_verdict(vs)
             rows.append({"id": cid, "scope": scope, "seed_kind": kind, "seeds": " ".join(label(m, kind) for m in ms),
                          "seed_verdicts": "; ".join(f"{label(m, kind)}: {v}" for m, v in zip(ms, vs, strict=True)),
-                         "verdict_across_seeds": rb.verdict, "robust": rb.robust, "robust_reason": rb.reason})
+                         "verdict_across_seeds": rb.verdict, "robust": rb.robust, "robust_reason": rb.reason,
+                         "declared": declared.get(cid, "")})
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
 
 

@@ -115,8 +115,13 @@ def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.D
         return out
     a = across[across["seed_kind"] == ALL_SEEDS]
     found = {(r.id, r.scope): r for r in a.itertuples(index=False)}
+    out.attrs["stale_across_seeds"] = 0
     for i, r in out.iterrows():
         if (hit := found.get((r["id"], r["scope"]))) is not None:
+            if getattr(hit, "declared", "") != r.get("declared", ""):
+                # judged across seeds under another declared test (variance_claims.csv predates it): not this claim's
+                out.attrs["stale_across_seeds"] += 1
+                continue
             out.at[i, "verdict_across_seeds"] = f"{hit.verdict_across_seeds} ({hit.robust_reason}: {hit.seeds})"
             out.at[i, "robust"] = str(hit.robust)
     return out
@@ -202,6 +207,7 @@ def _with_columns(report: pd.DataFrame) -> pd.DataFrame:
 def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, paper_model: str = "",
                     across: pd.DataFrame | None = None) -> str:  # fmt: skip
     report = with_across_seeds(_with_columns(report), across)
+    stale = report.attrs.get("stale_across_seeds", 0)
     main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
     groups = tally(report)
     paper_rows = groups["paper"]
@@ -227,7 +233,7 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
               "size**; **not shown** (the CI holds the null, or MRP does not beat its no-MRP control); **does not "
               "hold** (the CI is on the wrong side); **not measured**. Each claim's declared statistic, null and "
               "control are listed below the tables.", "",
-              _seeds_line(across, main)]  # fmt: skip
+              _seeds_line(across, main, stale)]  # fmt: skip
     head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | control (MRP vs its no-MRP control) | "
             "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
     for g, title in _SECTIONS:
@@ -255,17 +261,23 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
     return "\n".join(lines) + "\n"
 
 
-def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame) -> str:
+def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame, stale: int = 0) -> str:
     if across is None:
         return ("Across seeds: `make variance` has not run on this profile, so no verdict here is judged across seeds "
                 "(`robust` and `verdict_across_seeds` are blank).")  # fmt: skip
     judged = main[main["robust"] != ""]
+    if stale and judged.empty:
+        return (f"Across seeds: variance_claims.csv was judged under earlier declared tests ({stale} verdicts whose "
+                "statistic or null has changed since), so none is attached here (`robust` and `verdict_across_seeds` "
+                "are blank); `make variance` judges them again.")  # fmt: skip
     return (f"Across seeds (`make variance`, variance_claims.md): {len(judged)} of these {len(main)} verdicts were "
             f"judged on every seed run, {int((judged['robust'] == 'True').sum())} of them robust. "
             "`verdict_across_seeds` is the weakest verdict of the same check on every seed run (the published one, "
             "the other head seeds, the other backbone seeds; speculative at the decoding batch size); `robust` is "
             "True only when the claim holds (or holds in direction) on every seed measured, at least two. Blank: not "
-            "judged across seeds (the claim reads a grid the seed runs do not decode, or the other decoding family).")
+            "judged across seeds (the claim reads a grid the seed runs do not decode, or the other decoding family)."
+            + (f" {stale} more were judged under earlier declared tests and are not attached (`make variance` judges "
+               "them again)." if stale else ""))
 
 
 def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "",
