@@ -301,7 +301,8 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
     """What produced a result: profile, code version, package versions, device, time (UTC)."""
     dev = torch.device(device) if device is not None else pick_device()
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    # the committed figures are what a reproduce run rewrites: dirty means code or configs differ from the commit
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures") if commit else None
     return {
         "profile": profile.name,
         "profile_hash": profile.hash,

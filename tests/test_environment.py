@@ -235,3 +235,27 @@ def test_published_warns_when_the_machine_differs(tmp_path):
     note = published.machine_note("tiny", env)
     assert note.startswith("warning:") and "cpu_capability NOSUCH there" in note and "docs/portability.md" in note
     assert published.machine_note("tiny", tmp_path / "missing.csv") is None
+
+
+def test_git_dirty_counts_code_not_the_figures_a_run_rewrites(tmp_path, monkeypatch, smoke_profile):
+    """A reproduce run rewrites the committed figures/ while it runs: that must not stamp its own notebooks dirty,
+    while a changed code file must."""
+    import subprocess
+
+    from mrp_repro import runtime
+
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "t.md").write_text("a\n")
+    (tmp_path / "code.py").write_text("a\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(runtime, "repo_root", lambda: tmp_path)
+    assert runtime.provenance(smoke_profile, "cpu")["git_dirty"] is False
+    (tmp_path / "figures" / "t.md").write_text("b\n")
+    assert runtime.provenance(smoke_profile, "cpu")["git_dirty"] is False
+    (tmp_path / "code.py").write_text("b\n")
+    assert runtime.provenance(smoke_profile, "cpu")["git_dirty"] is True
