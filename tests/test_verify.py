@@ -116,3 +116,24 @@ def test_the_profile_selects_the_verify_path():
     assert specs and all(p.verify == "packed" for p in specs)
     assert any(isinstance(p, UpstreamSpeculative) for p in specs)
     assert load_profile("smoke").decoding.verify == "exact"
+
+
+def test_every_speculative_the_reports_build_reads_the_profiles_verify():
+    """decoding.verify reaches the ablations, the seed runs and the drafters' speculative, not only the main grid
+    (they built Speculative with the default verify, so the setting was silently ignored there)."""
+    import inspect
+
+    from mrp_repro.report import ablations, drafters, speed, variance
+
+    P = load_profile("smoke").replace({"decoding.verify": "loop"})
+    head = object()
+    assert ablations._spec_ours(3, head, P.decoding).verify == "loop"
+    assert ablations._spec_upstream(3, head, P.decoding).verify == "loop"
+    spec = [pol for name, pol in variance._settings(P, head) if name == "speculative"]
+    assert spec and all(pol.verify == "loop" for pol in spec)
+    # drafters and speed build their policies inside loops over decodes: every Speculative( names its verify
+    for mod in (drafters, speed, ablations):
+        for line in inspect.getsource(mod).splitlines():
+            code = line.split("#")[0]
+            if "Speculative(" in code and "import" not in code and "def " not in code:
+                assert "verify" in line, (mod.__name__, line.strip())

@@ -67,13 +67,13 @@ KL_TIE = 0.02
 def _spec_ours(K: int, head, decoding):
     from mrp_repro.decoding import Speculative
 
-    return Speculative(K, "mrp", head=head)
+    return Speculative(K, "mrp", head=head, verify=decoding.verify)
 
 
 def _spec_upstream(K: int, head, decoding):
     from mrp_repro.decoding.upstream import UpstreamSpeculative
 
-    return UpstreamSpeculative(K, head, decoding.upstream_draft_logits, decoding.upstream_sum_scale)
+    return UpstreamSpeculative(K, head, decoding.upstream_draft_logits, decoding.upstream_sum_scale, decoding.verify)
 
 
 #: decoding family -> speculative policy builder (K, head, the profile's decoding section); both families' shares
@@ -260,7 +260,7 @@ def _decode(P, bb, head, head_id: str, family: str, Ks, taus, n_prompts, benchma
     spec = FAMILIES[family]
     if head is None:
         settings = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
-        settings += [("speculative", Speculative(K, "oracle")) for K in Ks]
+        settings += [("speculative", Speculative(K, "oracle", verify=P.decoding.verify)) for K in Ks]
     else:
         settings = [("speculative", spec(K, head, P.decoding)) for K in Ks]
         if family == "ours":

@@ -98,12 +98,14 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
     from mrp_repro.report.shapes import ceiling_speedup
 
     max_new = max_new or 24
+    verify = profile.decoding.verify if profile is not None else "exact"  # the profile's verify path (decoding.verify)
     rows = []
     for batch in batches:
         cm = (run_cost_model(profile, bb, head, batch, Ks) if profile is not None
               else cost_model(bb.model, head, batch=batch, block=bb.block_size, Ks=list(Ks)))  # fmt: skip
         for task, ps in prompts.items():
-            settings = [("static", Static(1))] + [(f"spec{K}", Speculative(K, "mrp", head=head)) for K in Ks]
+            settings = [("static", Static(1))] + [(f"spec{K}", Speculative(K, "mrp", head=head, verify=verify))
+                                                   for K in Ks]  # fmt: skip
             engines = (("upstream", False), ("fused", True))
             times = {}
             for _ in range(repeats):  # interleaved: drift hits every setting alike
@@ -143,7 +145,7 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                         )
                         row["predicted_speedup"] = static_fw / pred_t
                         row["ceiling_speedup"] = ceiling_speedup(bb.block_size, pol.K, vc, cm["head_cost"])
-                        _, so = _run(bb, ps, Speculative(pol.K, "oracle"), max_new, batch, fuse)
+                        _, so = _run(bb, ps, Speculative(pol.K, "oracle", verify=verify), max_new, batch, fuse)
                         oracle_tpf = _sum(so, "tokens") / max(_sum(so, "denoise_forwards"), 1)
                         row["tpf_share_of_oracle"] = row["tpf"] / oracle_tpf
                         row["verify_cost"] = vc

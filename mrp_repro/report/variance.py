@@ -122,7 +122,7 @@ def _settings(P, head):
     taus = sorted({0.5, 0.3, *P.decoding.thresholds}, reverse=True)
     out = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
     out += [("remask", Remask(t, "tau", head=head)) for t in taus]
-    return out + [("speculative", Speculative(3, "mrp", head=head))]
+    return out + [("speculative", Speculative(3, "mrp", head=head, verify=P.decoding.verify))]
 
 
 def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n_boot: int = 1000,
