@@ -105,7 +105,7 @@ def pick_device(requested: str | torch.device | None = None) -> torch.device:
 
 
 def is_gpu_profile(profile: Profile) -> bool:
-    """A profile declares where it runs in its description ("GPU: ...", "GPU, ~1 GPU-hour: ..." for sdar-*, "CPU:
+    """A profile declares where it runs in its description ("GPU: ...", "GPU, an estimated ...: ..." for sdar-*, "CPU:
     ..." for sdar-mini / tiny), inherited through `extends` unless it writes its own."""
     return profile.description.lstrip().upper().startswith("GPU")
 
