@@ -144,7 +144,7 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     fig = plots.plot_speedup(spec_all_k, plots.at_batch(paper.direct_table(both, n_boot=10), both))
     (ax,) = fig.axes  # one batch size: one panel
     bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
-    want = [f"{p}speculative K={k}" for p in ("", "upstream ") for k in SPEC_K] + ["direct step1", "direct step2"]
+    want = [f"{p}speculative K={k}" for p in ("", "upstream ") for k in SPEC_K] + ["direct step 1", "direct step 2"]
     assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
     assert sorted(_fig_legend(fig)) == sorted(want + ["paper (SDAR-8B)"])
     assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
@@ -155,7 +155,7 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     assert all(np.isclose(xs, x).any() for x in mid["upstream speculative K=3"])
     others = [x for k, v in mid.items() if "speculative" in k and k != "upstream speculative K=3" for x in v]
     assert not any(np.isclose(xs, x).any() for x in others)
-    assert all(np.isclose(xs, x).any() for k in ("direct step1", "direct step2") for x in mid[k])  # the paper's
+    assert all(np.isclose(xs, x).any() for k in ("direct step 1", "direct step 2") for x in mid[k])  # the paper's
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):
@@ -174,7 +174,7 @@ def test_speedup_figure_one_batch_size_per_panel(tmp_path):
     assert [ax.get_title().split(" (")[0] for ax in fig.axes] == ["batch 1", "batch 32"]
     series = [{c.get_label() for c in ax.containers if hasattr(c, "patches")} for ax in fig.axes]
     assert series[0] == {f"speculative K={k}" for k in SPEC_K}
-    assert series[1] == {f"speculative K={k}" for k in SPEC_K} | {"direct step1", "direct step2"}
+    assert series[1] == {f"speculative K={k}" for k in SPEC_K} | {"direct step 1", "direct step 2"}
     for ax, r in zip(fig.axes, (one, many), strict=True):  # each bar is its own batch size's speedup
         t = paper.speculative_table(r, n_boot=0)
         k3 = next(c for c in ax.containers if c.get_label() == "speculative K=3")

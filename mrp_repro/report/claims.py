@@ -132,7 +132,7 @@ def _adjacent_similar(tables, ctx) -> list[Outcome]:
     r = tr.iloc[0]
     rnd = t[t["model"].isin(RANDOM_MODELS)]
     ours = (f"relative KL {fmt_ci(r['relative_kl'], r['relative_kl_lo'], r['relative_kl_hi'], 3)} (median KL "
-            f"{fmt(r['kl_median'], 4)} adjacent / {fmt(r['kl_null_median'], 4)} between positions); top-1 agreement "
+            f"{r['kl_median']:.3g} adjacent / {r['kl_null_median']:.3g} between positions); top-1 agreement "
             f"{fmt(r['top1_agreement'], 3)}")  # fmt: skip
     if not rnd.empty:
         ours += "; " + ", ".join(f"{m}: {fmt(v, 3)}" for m, v in zip(rnd["model"], rnd["relative_kl"], strict=True))

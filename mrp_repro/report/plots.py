@@ -419,7 +419,7 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     if direct is not None:
         _need(direct, cols + ["setting"], what)
         d = direct[direct["setting"] != "baseline"]
-        parts.append(d.assign(series=[f"direct {s.replace('mrp_', '')}" for s in d["setting"]]))
+        parts.append(d.assign(series=[f"direct step {s.replace('mrp_step', '')}" for s in d["setting"]]))
     df = pd.concat(parts, ignore_index=True)
     _unique(df, ["batch_size", "series", "benchmark"], what)
     models = sorted(set(df.loc[df["paper_throughput_speedup"].notna(), "paper_model"]))

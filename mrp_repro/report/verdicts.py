@@ -184,8 +184,10 @@ def _control_summary(rows: pd.DataFrame) -> str:
     counts = c["control_verdict"].value_counts()
     named = {HOLDS: "MRP beats its control", NOT_SHOWN: "not shown to beat it", NOT: "the control is better",
              NA: "control not measured"}  # fmt: skip
-    return (f"{len(c)} of them are about MRP and have a no-MRP control beside them: "
-            + ", ".join(f"{counts.get(v, 0)} {named[v]}" for v in (HOLDS, NOT_SHOWN, NOT, NA) if counts.get(v, 0)))
+    measured = len(c) - int(counts.get(NA, 0))
+    text = (f"{len(c)} of them are about MRP; {measured} have a measured no-MRP control: "
+            + ", ".join(f"{counts.get(v, 0)} {named[v]}" for v in (HOLDS, NOT_SHOWN, NOT) if counts.get(v, 0)))
+    return text + (f"; {int(counts[NA])} have none measured (the control column says why)" if counts.get(NA, 0) else "")
 
 
 def tally(report: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -231,8 +233,10 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
               "Verdicts: **holds** (the CI clears the null; a sized claim on a comparable profile also within "
               "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
               "size**; **not shown** (the CI holds the null, or MRP does not beat its no-MRP control); **does not "
-              "hold** (the CI is on the wrong side); **not measured**. Each claim's declared statistic, null and "
-              "control are listed below the tables.", "",
+              "hold** (the CI is on the wrong side); **not measurable here** (a wall-clock verdict whose clock fails "
+              "report.wallclock's checks: its forward-count ceiling, agreement of two grids timing the same decode, "
+              "or repeated interleaved passes; wallclock_checks.md); **not measured**. Each claim's declared "
+              "statistic, null and control are listed below the tables.", "",
               _seeds_line(across, main, stale)]  # fmt: skip
     head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | control (MRP vs its no-MRP control) | "
             "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
