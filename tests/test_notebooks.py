@@ -279,6 +279,9 @@ def _assert_released_run(root, figs):
     assert held["heldout_kl"].iloc[0] > 0 and held["heldout_uncorrected_kl"].iloc[0] > 0
 
 
+# slow (make test-slow, once in CI: 150-280 s): make test keeps the SDAR path through tests/test_sdar_mini.py,
+# test_released_mini.py and test_sdar_mini_online.py; this one runs every notebook on it
+@pytest.mark.slow
 def test_every_notebook_runs_the_sdar_path_on_sdar_mini(kernel, tmp_path):
     """The SDAR branches: a generated hub-format SDAR checkpoint, the Qwen tokenizer and chat template, the
     released-format head, every decoding mode on GSM8K / MATH500 / HumanEval / MBPP, the paper tables, claims."""
