@@ -64,8 +64,10 @@ test-slow: setup
 	$(VPY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 SEED ?=
+# -q hides pytest-randomly's header, so the seed is drawn here and printed before the run
 test-random: setup
-	$(VPY) -m pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(PYTEST_ARGS)
+	@seed=$(if $(SEED),$(SEED),$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')); echo "test-random: --randomly-seed=$$seed"; \
+	  $(VPY) -m pytest -q -p randomly --randomly-seed=$$seed $(PYTEST_ARGS)
 
 # The numerics-sensitive tests (bf16/fp32 losslessness, upstream equality, kernels, determinism, adjacent KL,
 # published-artifact regeneration on smoke) under each CPU capability this machine can emulate: ATen's kernels

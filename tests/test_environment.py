@@ -106,7 +106,9 @@ def test_make_test_portable_runs_each_emulated_capability():
                 "ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"):  # fmt: skip
         assert f"env {env} .venv/bin/python -m pytest" in out, out
     assert "tests/test_lossless_bf16.py" in out and "tests/test_published.py" in out
-    assert "-m slow" in _make_n("test-slow") and "--randomly-seed=7" in _make_n("test-random", "SEED=7")
+    assert "-m slow" in _make_n("test-slow")
+    rnd = _make_n("test-random", "SEED=7")  # the seed given is the one used and printed
+    assert "seed=7;" in rnd and "--randomly-seed=$seed" in rnd and 'echo "test-random: --randomly-seed=$seed"' in rnd
 
 
 def test_ci_run_is_executable():
