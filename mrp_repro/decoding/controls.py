@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from mrp_repro.decoding.engine import BlockState, masked_confidence, top_masked
+from mrp_repro.decoding.engine import BlockState
 from mrp_repro.decoding.mrp_modes import Direct, Remask, _rc
 
 __all__ = ["RandomVeto", "UntrainedDirect", "untrained_head", "CONTROL_RULE", "UNTRAINED_INIT"]
@@ -52,24 +52,11 @@ class RandomVeto(Remask):
         ctx["counts"] = []  # (block, step, (B,) revoked) per judged step: what the tests compare
         return ctx
 
-    def denoise(self, st: BlockState) -> None:
-        self._flush(st)
-        while st.rows_needing_work().any():
-            masked = st.masked
-            out = st.backbone()
-            self._flush(st)
-            tok, conf = masked_confidence(out.logits, masked, st.mask_id)
-            top = top_masked(conf, masked, 1)
-            fresh = ((conf > self.tau) & masked) | top
-            st.reveal(fresh, tok)
-            judge = fresh.sum(1) > 1
-            if judge.any():
-                keep = self._judge(st, out, fresh, top, tok, conf, judge)
-                mrp = fresh & ~keep & judge[:, None]  # what remask(τ, tau) revokes on this state
-                sel = mrp if self.pick == "head" else self._random(st, fresh & ~top & judge[:, None], mrp.sum(1))
-                st.ctx["counts"].append((st.block, st.step, sel.sum(1).cpu()))
-                st.revoke(sel)
-            st.step += 1
+    def _revocations(self, st, fresh, top, keep, judge) -> torch.Tensor:
+        mrp = super()._revocations(st, fresh, top, keep, judge)  # what remask(τ, tau) revokes on this state
+        sel = mrp if self.pick == "head" else self._random(st, fresh & ~top & judge[:, None], mrp.sum(1))
+        st.ctx["counts"].append((st.block, st.step, sel.sum(1).cpu()))
+        return sel
 
     def _judge(self, st, out, fresh, top, tok, conf, judge) -> torch.Tensor:
         """Remask's rule tau, verbatim: one head pass, corrected confidence read at the fresh reveals."""

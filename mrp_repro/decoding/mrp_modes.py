@@ -334,8 +334,13 @@ class Remask(MRPPolicy):
             judge = fresh.sum(1) > 1  # a lone reveal is kept by every rule
             if judge.any():
                 keep = self._judge(st, out, fresh, top, tok, conf, judge)
-                st.revoke(fresh & ~keep & judge[:, None])
+                st.revoke(self._revocations(st, fresh, top, keep, judge))
             st.step += 1
+
+    def _revocations(self, st, fresh, top, keep, judge) -> torch.Tensor:
+        """(B, L) the fresh reveals to revoke on this state: those the rule did not keep (decoding.controls swaps
+        in a random choice of as many)."""
+        return fresh & ~keep & judge[:, None]
 
     def _judge(self, st, out, fresh, top, tok, conf, judge) -> torch.Tensor:
         """(B, L) bool: which fresh reveals stay (rows not in `judge` are ignored)."""
