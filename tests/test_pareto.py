@@ -98,3 +98,42 @@ def test_plot_draws_each_delta_of_one_rule_as_its_own_series():
     assert len(labels) == 2 and len(set(labels)) == 2  # one line per δ
     n_tau = rem.loc[rem["axis"] == "tpf", "threshold"].nunique()
     assert all(len(ln.get_xdata()) == n_tau for ln in fig.axes[0].get_lines() if ln.get_label().startswith("remask"))
+
+
+def test_weighted_tpf_axis_charges_head_calls_at_their_cost():
+    """With head_cost, the comparison also at equal weighted_tpf: tokens / (denoise forwards + head_cost x head
+    calls), the same charge as wallclock.with_weighted_forwards' column; the frontier (no head) keeps its TPF."""
+    from mrp_repro.report import wallclock
+
+    r = synthetic_runs(n=20, benchmarks=("synth-code",))
+    t = pareto.matched_speed_table(r, n_boot=0, head_cost=0.25)
+    assert set(t["axis"]) == {"tpf", "wall_speedup", "weighted_tpf"}
+    w, p = t[t["axis"] == "weighted_tpf"], t[t["axis"] == "tpf"]
+    assert len(w) == len(p) and list(w.columns) == pareto.MATCHED_COLUMNS
+    for s in ("direct(2)", "remask(0.5,tau)", "dynamic(0.5)"):
+        g = r[r["setting"] == s]
+        want = g["tokens"].sum() / (g["denoise_forwards"] + 0.25 * g["mrp_forwards"]).sum()
+        assert _row(t, s, "weighted_tpf")["speed"] == pytest.approx(want)
+    assert _row(t, "direct(2)", "weighted_tpf")["speed"] < _row(t, "direct(2)")["speed"]  # head calls are not free
+    assert _row(t, "dynamic(0.5)", "weighted_tpf")["speed"] == pytest.approx(_row(t, "dynamic(0.5)")["speed"])
+    mw = wallclock.with_weighted_forwards(t, r, head_cost=0.25)  # the notebook's column beside it agrees
+    at = mw[mw["axis"] == "weighted_tpf"]
+    assert np.allclose(at["speed"], at["weighted_tpf"])
+    assert (w["at_equal_speed"] != "").sum() == (p["at_equal_speed"] != "").sum()  # every compared setting judged
+    free = pareto.matched_speed_table(r, n_boot=0, head_cost=0.0)  # a free head: weighted = plain
+    fw, fp = (free[free["axis"] == a].reset_index(drop=True) for a in ("weighted_tpf", "tpf"))
+    assert np.allclose(fw["speed"], fp["speed"]) and np.allclose(fw["margin"], fp["margin"], equal_nan=True)
+    for none in (None, math.nan):  # no cost model: no weighted rows (never head calls charged nothing)
+        assert set(pareto.matched_speed_table(r, n_boot=0, head_cost=none)["axis"]) == set(pareto.AXES)
+    with pytest.raises(KeyError, match="mrp_forwards"):
+        pareto.matched_speed_table(r.drop(columns="mrp_forwards"), n_boot=0, head_cost=0.25)
+
+
+def test_plot_has_a_weighted_tpf_panel_when_the_table_has_the_axis():
+    from mrp_repro.report import plots
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0, head_cost=0.25)
+    fig = pareto.plot_matched_speed(t)
+    assert len(fig.axes) == 6 and {a.get_xlabel() for a in fig.axes} == set(pareto.AXIS_LABELS.values())
+    assert [a.get_xlabel() for a in fig.axes[:3]] == list(pareto.AXIS_LABELS.values())  # tpf, weighted, wall
+    assert all(n > 0 for n in plots.legend_points(fig).values())

@@ -362,7 +362,7 @@ def _every_figure(runs):
                                  time_ms=0.1 * n, bytes_read=1000 * n, gbps=1.0, note="")
                             for n in (4, 16)])  # fmt: skip
     adj = synthetic_adjacent()
-    matched = pareto.matched_speed_table(both, n_boot=10)
+    matched = pareto.matched_speed_table(both, n_boot=10, head_cost=0.25)  # every axis, weighted_tpf too
     return {
         "adjacent": lambda: plots.plot_adjacent(adj),
         "remasking": lambda: plots.plot_remasking(paper.remasking_table(both, rule=None, algorithm=None, n_boot=10),
@@ -415,4 +415,80 @@ def test_lookahead_figure_draws_the_papers_sdar4b_values_under_the_declared_sdar
             r = ref[(ref["method"] == method) & (ref["benchmark"] == "gsm8k")].sort_values("lookahead_k")
             assert list(lines[label].get_xdata()) == list(r["lookahead_k"])
             assert np.allclose(lines[label].get_ydata(), r["accuracy"])
+    matplotlib.pyplot.close(fig)
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_remasking_series_equal_to_dynamic_says_so_in_its_label(tmp_path):
+    """A series that equals the dynamic baseline at every τ would sit exactly on it, unseen: its label
+    carries "(= dynamic)" and it is drawn dashed with hollow markers; a series that differs is not marked."""
+    one = synthetic_runs(n=N, benchmarks=("synth-math",))
+    t = paper.remasking_table(one, rule=None, algorithm=None, n_boot=0)
+    delta = t["rule"] == "delta"
+    t = t.copy()
+    t.loc[delta, "mrp_remask_accuracy"] = t.loc[delta, "baseline_accuracy"] + 1e-12  # equal within tolerance
+    for c in ("lo", "hi"):
+        t.loc[delta, f"mrp_remask_accuracy_{c}"] = t.loc[delta, f"baseline_accuracy_{c}"]
+    fig = plots.plot_remasking(t)
+    labels = _fig_legend(fig)
+    assert "MRP remask, rule delta (ours) (= dynamic)" in labels
+    assert "MRP remask, rule tau (ours)" in labels and not any("tau" in x and "= dynamic" in x for x in labels)
+    lines = {ln.get_label(): ln.line for ln in _lines(fig.axes[0])}
+    eq = lines["MRP remask, rule delta (ours) (= dynamic)"]
+    assert eq.get_linestyle() == "--" and eq.get_markerfacecolor() == "none"
+    assert all(n > 0 for n in plots.legend_points(fig).values())
+    _save(fig, tmp_path, "remasking_equal")
+    plain = synthetic_runs(n=N, benchmarks=("synth-math",))
+    fig = plots.plot_remasking(paper.remasking_table(plain, rule=None, algorithm=None, n_boot=0))
+    assert not any("= dynamic" in x for x in _fig_legend(fig))  # no series equals it here
+    matplotlib.pyplot.close(fig)
+
+
+def test_remasking_series_equal_to_dynamic_on_one_benchmark_names_it(runs):
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=0).copy()
+    at = (t["rule"] == "delta") & (t["benchmark"] == "synth-code")
+    t.loc[at, "mrp_remask_accuracy"] = t.loc[at, "baseline_accuracy"]
+    fig = plots.plot_remasking(t)
+    assert "MRP remask, rule delta (ours) (= dynamic on synth-code)" in _fig_legend(fig)
+    matplotlib.pyplot.close(fig)
+
+
+def test_speedup_panels_wrap_into_a_grid_of_readable_width():
+    """Three batch sizes: at most SPEEDUP_COLUMNS panels a row (~5 in each), every panel with its y tick labels."""
+    spec = pd.concat([plots.at_batch(paper.speculative_table(r, n_boot=0), r)
+                      for r in (synthetic_runs(n=N, batch_size=b) for b in (1, 8, 32))])  # fmt: skip
+    fig = plots.plot_speedup(spec)
+    assert [ax.get_title().split(" (")[0] for ax in fig.axes] == ["batch 1", "batch 8", "batch 32"]
+    w, h = fig.get_size_inches()
+    assert w <= 5.5 * plots.SPEEDUP_COLUMNS and h > 6  # two rows, not one row three panels wide
+    cols = {round(ax.get_position().x0, 3) for ax in fig.axes}
+    assert len(cols) == plots.SPEEDUP_COLUMNS
+    fig.canvas.draw()
+    assert all(any(t.get_visible() and t.get_text() for t in ax.get_yticklabels()) for ax in fig.axes)
+    matplotlib.pyplot.close(fig)
+
+
+def test_lookahead_every_panel_shows_its_y_ticks(runs):
+    fig = plots.plot_lookahead(paper.lookahead_table(runs, n_boot=0))
+    assert len(fig.axes) == 2
+    fig.canvas.draw()
+    assert all(any(t.get_visible() and t.get_text() for t in ax.get_yticklabels()) for ax in fig.axes)
+    matplotlib.pyplot.close(fig)
+
+
+def test_speculative_legend_clears_the_tick_labels():
+    """The left legend sits below the (rotated, long: upstream settings) tick labels; nothing overlaps."""
+    fig = plots.plot_speculative(synthetic_runs(n=N, algorithms=("ours", "upstream")))
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    left, right = fig.axes[:2]
+    leg = left.get_legend().get_window_extent(r)
+    ticks = [t.get_window_extent(r) for ax in (left, right) for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and not any(_overlap(leg, b) for b in ticks)
+    assert leg.y1 <= min(b.y0 for b in ticks[: len(left.get_xticklabels())])
+    rleg = right.get_legend().get_window_extent(r)
+    assert not _overlap(leg, rleg) and not _overlap(rleg, right.get_window_extent(r))
     matplotlib.pyplot.close(fig)

@@ -210,7 +210,9 @@ TABLE_COLUMNS: dict[str, str] = {
     "remask), whose outputs may equal static's by chance (see identical_share)",
     "upstream_tpf": "tokens per backbone forward as the released code counts it (upstream rows only): tokens summed "
     "over a batch's rows per batched denoising forward, pooled over the setting's batches; NaN on ours rows "
-    "(docs/upstream.md)",
+    "(docs/upstream.md). A batch-summed count: in a table decoded B rows at a time (modes, controls, "
+    "speculative_throughput: decoding.batch_size) it is about B x the per-row tpf beside it; equal to tpf's "
+    "accounting at batch 1 (speculative, speculative_drafters), where the paper's TPF is read",
     "tpf_share_of_oracle": "ratio in [0, 1]: the speculative drafter's TPF over the oracle drafter's TPF at the "
     "same K on the same prompts (the oracle drafts the backbone's own future picks: the ceiling); blank "
     "off speculative",
@@ -316,7 +318,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "relative_kl": "ratio: median adjacent-step KL over kl_null_median (measure.adjacent.relative_kl); far below 1: "
     "adjacent steps closer than two positions of one state; CI: bootstrap over positions",
     # ---- matched speed (report.pareto: remask and direct against the dynamic-τ frontier)
-    "axis": "matched speed: the speed axis of the row, tpf or wall_speedup (report.pareto.AXES)",
+    "axis": "matched speed: the speed axis of the row, tpf, weighted_tpf (head calls charged at their measured "
+    "cost; when the run has a cost model) or wall_speedup (report.pareto.AXIS_LABELS)",
     "speed": "matched speed: the setting's speed on the row's axis (TPF, or tokens/s over static(1)'s)",
     "dynamic_accuracy": "percent: the dynamic frontier's accuracy at the setting's speed (report.pareto.frontier: "
     "static(1) and every dynamic(τ), Pareto points joined by lines; blank beyond the fastest)",

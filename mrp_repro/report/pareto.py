@@ -21,8 +21,11 @@ plain dynamic decoding at a higher τ *at the same speed*. The rule, declared he
   when the setting is faster than every dynamic setting.
 
 Two speed axes (AXES): ``tpf`` (tokens per denoising forward, pooled over prompts) and ``wall_speedup`` (tokens/s over
-static(1)'s on the same prompts, wall clock of the runs frame: its batch size, in one process). Rows: every remask
-and direct setting, and the frontier's own settings (static, dynamic: margin blank).
+static(1)'s on the same prompts, wall clock of the runs frame: its batch size, in one process). Given the run's
+measured ``head_cost`` (one MRP head call in backbone forwards, measure.cost), a third, WEIGHTED: ``weighted_tpf``,
+TPF with every head call charged at that cost (report.claims_controls.weighted_denoise_forwards, the charge the
+equal-speed claims apply), so a setting that buys TPF with head calls is compared at the speed it costs. Rows: every
+remask and direct setting, and the frontier's own settings (static, dynamic: margin blank).
 """
 
 from __future__ import annotations
@@ -33,12 +36,18 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.measure.schema import require
+from mrp_repro.report.claims_controls import weighted_denoise_forwards
 
-__all__ = ["AXES", "MATCHED_COLUMNS", "matched_speed_table", "frontier", "pareto_points", "verdict_counts",
-           "plot_matched_speed"]  # fmt: skip
+__all__ = ["AXES", "WEIGHTED", "AXIS_LABELS", "MATCHED_COLUMNS", "matched_speed_table", "frontier", "pareto_points",
+           "verdict_counts", "plot_matched_speed"]  # fmt: skip
 
 #: speed axes: column value -> what it is
 AXES = {"tpf": "tokens per denoising forward", "wall_speedup": "wall-clock tokens/s over static(1)"}
+#: the axis added when the head's cost is known (matched_speed_table(head_cost=...)): the speed tables' column name
+WEIGHTED = "weighted_tpf"
+#: every axis a table may hold -> its x label, in panel order
+AXIS_LABELS = {"tpf": AXES["tpf"], WEIGHTED: "tokens per forward, head calls charged at their cost",
+               "wall_speedup": AXES["wall_speedup"]}  # fmt: skip
 #: the compared modes and the frontier's
 COMPARED = ("remask", "direct")
 FRONTIER = ("static", "dynamic")
@@ -76,18 +85,30 @@ def _stack(g: pd.DataFrame, settings: list[str], ids: np.ndarray, col: str) -> n
     return wide.loc[settings, ids].to_numpy(float)
 
 
-def _speeds(tok, den, wall, static_idx: int, idx) -> dict[str, np.ndarray]:
-    """Per setting (rows) and replicate (idx (R, n)): tpf and wall speedup, (S, R)."""
+def _speeds(tok, den, wall, static_idx: int, idx, wden=None) -> dict[str, np.ndarray]:
+    """Per setting (rows) and replicate (idx (R, n)): tpf and wall speedup, (S, R); weighted_tpf with `wden` (the
+    charged forwards)."""
     t = tok[:, idx].sum(-1)
     rate = t / wall[:, idx].sum(-1)
-    return {"tpf": t / den[:, idx].sum(-1), "wall_speedup": rate / rate[static_idx]}
+    out = {"tpf": t / den[:, idx].sum(-1), "wall_speedup": rate / rate[static_idx]}
+    if wden is not None:
+        out[WEIGHTED] = t / wden[:, idx].sum(-1)
+    return out
 
 
-def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
-    """MATCHED_COLUMNS, one row per setting and axis, per model x benchmark (the module docstring's rule)."""
+def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
+                        head_cost: float | None = None) -> pd.DataFrame:  # fmt: skip
+    """MATCHED_COLUMNS, one row per setting and axis, per model x benchmark (the module docstring's rule).
+
+    head_cost: one MRP head call in backbone forwards at the runs' batch size (measure.cost.run_cost_model's
+    head_cost); given and finite, the rows of axis weighted_tpf too (the runs then need mrp_forwards). None or NaN
+    (no cost model): no such rows, rather than charging head calls nothing and calling that weighted."""
     what = "matched_speed_table"
-    require(runs, _NEEDS, what)
+    weighted = head_cost is not None and math.isfinite(head_cost)
+    require(runs, _NEEDS + (["mrp_forwards"] if weighted else []), what)
     runs = runs[runs["mode"].isin(COMPARED + FRONTIER)]
+    if weighted:  # the one charge the claims use (claims_remask.equal_speed), not a second derivation of it
+        runs = runs.assign(_wden=weighted_denoise_forwards(runs, float(head_cost)))
     rows = []
     # each algorithm against its own frontier (its static and dynamic); an algorithm without remask or direct
     # settings (upstream speculative only) has nothing to compare
@@ -112,7 +133,8 @@ def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95
         n, nb = len(ids), len(base)
         point = np.arange(n)[None]  # (1, n): the point estimate as replicate 0
         boot = np.random.default_rng(seed).integers(0, n, size=(max(n_boot, 0), n))
-        sp_all = _speeds(tok, den, wall, s0, np.concatenate([point, boot]))  # axis -> (S, 1 + R)
+        wden = _stack(g, settings, ids, "_wden") if weighted else None
+        sp_all = _speeds(tok, den, wall, s0, np.concatenate([point, boot]), wden)  # axis -> (S, 1 + R)
         acc_all = 100 * np.concatenate([acc[:, point[0]].mean(-1, keepdims=True), acc[:, boot].mean(-1)], 1)
         for axis, sp in sp_all.items():
             margins = np.full((len(comp), sp.shape[1]), np.nan)
@@ -165,8 +187,9 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
 
 def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     """Accuracy against speed for one decoding family (`algorithm`: its own frontier and settings, never another
-    family's), one row of panels per benchmark, one column per axis: the dynamic frontier (line through its Pareto
-    points; other dynamic settings hollow), every remask rule's τ points, direct(K)."""
+    family's), one row of panels per benchmark, one column per axis the table holds (tpf, weighted_tpf when the
+    table was built with head_cost, wall_speedup): the dynamic frontier (line through its Pareto points; other
+    dynamic settings hollow), every remask rule's τ points, direct(K)."""
     import matplotlib.pyplot as plt
 
     from mrp_repro.report.plots import set_theme
@@ -177,7 +200,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     if table.empty:
         raise ValueError(f"plot_matched_speed: no rows of algorithm {algorithm!r}")
     benches = list(dict.fromkeys(table["benchmark"]))
-    axes_names = [a for a in AXES if a in set(table["axis"])]
+    axes_names = [a for a in AXIS_LABELS if a in set(table["axis"])]
     fig, axes = plt.subplots(len(benches), len(axes_names), figsize=(5.2 * len(axes_names), 3.8 * len(benches)),
                              squeeze=False)  # fmt: skip
     # one series per remask setting with its τ taken out: a rule, or (upstream) a rule at one δ of the sweep
@@ -212,7 +235,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             for _, r in d.iterrows():
                 ax.annotate(f"K={int(r['K'])}", (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
-            ax.set_xlabel(AXES[axis])
+            ax.set_xlabel(AXIS_LABELS[axis])
             ax.set_ylabel("accuracy (%)")
             ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed ({axis})")
             ax.grid(alpha=0.3)

@@ -148,6 +148,27 @@ def _series_label(algo: str, rule: str, delta) -> str:
     return f"MRP remask, rule {rule} (ours)" if algo == "ours" else f"MRP remask, δ veto δ={delta:g} (upstream)"
 
 
+def _equals_dynamic(table: pd.DataFrame, algo: str, rule: str, delta) -> list[str]:
+    """The benchmarks on which the series (algo, rule, delta) equals its family's dynamic baseline at every τ
+    (same τ, accuracy within float tolerance): drawn there, it sits exactly on the baseline and would be lost
+    under it, so its legend label and style say so."""
+    s = table[_in_series(table, algo, rule, delta)]
+    out = []
+    for b, h in s.groupby("benchmark", sort=False):
+        base = table[(table["algorithm"] == algo) & (table["benchmark"] == b)].drop_duplicates("threshold")
+        base = base.set_index("threshold")["baseline_accuracy"]
+        y, y0 = h["mrp_remask_accuracy"].to_numpy(float), base.reindex(h["threshold"]).to_numpy(float)
+        if len(h) and np.isclose(y, y0, rtol=0, atol=1e-9, equal_nan=False).all():
+            out.append(str(b))
+    return out
+
+
+def _in_series(t: pd.DataFrame, algo: str, rule: str, delta) -> pd.Series:
+    """Rows of `t` in the series (algo, rule, delta)."""
+    same_d = t["delta"].isna() if delta is None else np.isclose(t["delta"], delta)
+    return (t["algorithm"] == algo) & (t["rule"] == rule) & same_d
+
+
 def _paper_benchmark(g: pd.DataFrame) -> str:
     """The paper's benchmark of our rows `g` (their paper_benchmark column, else report.paper.BENCHMARK_MAP)."""
     from mrp_repro.report.paper import BENCHMARK_MAP
@@ -203,6 +224,14 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
                    "upstream": _UPSTREAM_BASE}  # fmt: skip
     base_labels = {"ours": "dynamic, no remasking (ours)", "upstream": "dynamic, no remasking (upstream)"}
     paper_model = str(table["paper_model"].iloc[0])
+    # a series equal to the dynamic baseline everywhere (delta, often) says so in its label; on some benchmarks
+    # only, it names them; and it is drawn dashed with hollow markers, visible on the baseline it covers
+    same = {k: _equals_dynamic(table, *k) for k in series}
+    labels = {}
+    for k in series:
+        on, drawn_on = same[k], set(table.loc[_in_series(table, *k), "benchmark"])
+        tag = f" (= dynamic on {', '.join(on)})" if on and len(on) < len(drawn_on) else " (= dynamic)" if on else ""
+        labels[k] = _series_label(*k) + tag
     for j, b in enumerate(benches):
         g = table[table["benchmark"] == b]
         ax = axes[0][j]
@@ -214,9 +243,10 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
             same_d = g["delta"].isna() if d is None else np.isclose(g["delta"], d)
             h = g[(g["algorithm"] == algo) & (g["rule"] == rule) & same_d].sort_values("threshold")
             color, marker, ls = style[(algo, rule, d)]
+            on_base = dict(ls="--", ms=8, mfc="none", mew=1.8) if b in same[(algo, rule, d)] else dict(ls=ls, ms=5)
             ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
-                        color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
-                        label=_series_label(algo, rule, d))  # fmt: skip
+                        color=color, marker=marker, lw=1.6, zorder=4, label=labels[(algo, rule, d)],
+                        **on_base)  # fmt: skip
         # the paper's series from its own table, at every τ it ran (0.5-0.9, whether or not we ran that τ): the
         # table's paper columns sit beside our rows only, and are blank beside our rules the paper did not run
         p = _paper_remasking(paper_model, g)
@@ -227,6 +257,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
                     label=f"MRP remask ({paper_model}, paper: its τ rule or the released δ veto)")  # fmt: skip
         ax.set_title(f"{b} (paper: {g['paper_benchmark'].iloc[0]})" if "paper_benchmark" in g else b)
         ax.set_ylabel(LABELS["accuracy"])
+        ax.tick_params(labelleft=True)  # sharey hides them on all but the first panel: each panel reads alone
         if tpf is not None:
             ax = axes[1][j]
             if b not in tpf.index.get_level_values(0):
@@ -246,6 +277,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
                     ax.plot(h.index, h.to_numpy(), color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
                             label=f"_tpf {algo} {rule} {d}")  # fmt: skip
             ax.set_ylabel("tokens per denoising forward")
+            ax.tick_params(labelleft=True)
         axes[-1][j].set_xlabel(LABELS["threshold"])
     handles, labels = axes[0][0].get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: ("paper" in labels[i], i))  # measured here, then the paper
@@ -293,6 +325,7 @@ def plot_lookahead(table: pd.DataFrame):
         ax.set_title(b)
         ax.set_xlabel(LABELS["lookahead_k"])
         ax.set_ylabel(LABELS["accuracy"])
+        ax.tick_params(labelleft=True)  # sharey hides them on all but the first panel: every panel shows its own
         ax.xaxis.get_major_locator().set_params(integer=True)
     _legend_below(fig, axes[0])
     return fig
@@ -306,7 +339,10 @@ def _legend_below(fig, axes, ncol: int = 4) -> None:
             seen.setdefault(label, h)
     rows = math.ceil(len(seen) / ncol)
     fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=ncol, frameon=False, fontsize=8)
-    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    # the legend's height in inches (8 pt rows), as a share of this figure's height: a figure of several rows
+    # of panels would otherwise give it far more room than it needs
+    bottom = min((0.19 * rows + 0.12) / fig.get_size_inches()[1], 0.5)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
 
 
 def _setting_label(mode: str, K, algorithm: str = "ours") -> str:
@@ -364,7 +400,6 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     ax.set_xticks(range(len(settings)), settings, rotation=30, ha="right")
     ax.set_ylabel("tokens per denoising forward")
     ax.set_title(f"TPF per prompt (drafter {drafter})")
-    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.36), ncol=2)  # below the ticks
     ax = axes[1]
     series = [(b, a, k) for b in benches for a in ("ours", "upstream") for k in Ks
               if len(spec[(spec["benchmark"] == b) & (spec["algorithm"] == a) & (spec["K"] == k)])]  # fmt: skip
@@ -382,7 +417,20 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
+    _legend_under_ticks(axes[0], ncol=2)
     return fig
+
+
+def _legend_under_ticks(ax, ncol: int) -> None:
+    """`ax`'s legend below its (rotated, long) x tick labels, placed from their drawn extent: a fixed offset in
+    axes units collides with them whenever the labels are longer than it assumed (the upstream settings)."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in [*ax.get_xticklabels(), ax.xaxis.label] if t.get_text()]
+    low = min((b.y0 for b in boxes), default=ax.get_window_extent(renderer).y0)
+    pad = 4 * fig.dpi / 72  # 4 pt under the lowest label
+    _, y = ax.transAxes.inverted().transform((0, low - pad))
+    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, y), ncol=ncol)
 
 
 def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -392,6 +440,10 @@ def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     if len(sizes) != 1:
         raise ValueError(f"at_batch: the runs hold batch sizes {sizes}; build one table per batch size")
     return table.assign(batch_size=sizes[0])
+
+
+#: at most this many batch-size panels a row in plot_speedup; more wrap into further rows
+SPEEDUP_COLUMNS = 2
 
 
 def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
@@ -431,10 +483,15 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
     colors = dict(zip(series, _colors(len(series)), strict=True))  # a series keeps its colour across panels
     benches = list(dict.fromkeys(df["benchmark"]))
     per = [list(dict.fromkeys(df.loc[df["batch_size"] == b, "series"])) for b in sizes]
-    widths = [max(4.5, 1.1 * len(benches) * len(s)) for s in per]
-    fig, axes = plt.subplots(1, len(sizes), figsize=(sum(widths), 3.8), squeeze=False, sharey=True,
-                             gridspec_kw={"width_ratios": widths})  # fmt: skip
-    for ax, bs, names in zip(axes[0], sizes, per, strict=True):
+    # a grid of at most SPEEDUP_COLUMNS panels a row, ~5 in each: one row of every batch size made a figure so wide
+    # that, shrunk to a page, its fonts could not be read
+    ncols = min(SPEEDUP_COLUMNS, len(sizes))
+    nrows = math.ceil(len(sizes) / ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows + 0.9), squeeze=False, sharey=True)
+    for ax in grid.flat[len(sizes) :]:  # the last row's unused cells: no empty panel
+        ax.remove()
+    axes = list(grid.flat[: len(sizes)])
+    for ax, bs, names in zip(axes, sizes, per, strict=True):
         width = 0.8 / len(names)
         for i, s in enumerate(names):
             g = df[(df["series"] == s) & (df["batch_size"] == bs)].set_index("benchmark").reindex(benches)
@@ -448,10 +505,12 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
         ax.axhline(1.0, color="0.4", lw=1, ls=":")
         ax.set_xticks(np.arange(len(benches)), benches)
         ax.set_title(f"batch {bs} ({'one prompt at a time' if bs == 1 else f'{bs} prompts per batch'})", fontsize=10)
-    axes[0][0].set_ylabel(LABELS["throughput_speedup"])
+        ax.tick_params(labelleft=True)  # sharey hides them off the first column: every panel reads alone
+    for row in grid:
+        row[0].set_ylabel(LABELS["throughput_speedup"])
     fig.suptitle(f"speedup per benchmark (paper, ◆: upstream speculative K = {PAPER_SPECULATIVE_K} and direct steps)",
                  fontsize=10)  # fmt: skip
-    _legend_below(fig, axes[0])
+    _legend_below(fig, axes, ncol=2 * ncols)
     return fig
 
 
