@@ -137,3 +137,66 @@ def test_plot_has_a_weighted_tpf_panel_when_the_table_has_the_axis():
     assert len(fig.axes) == 6 and {a.get_xlabel() for a in fig.axes} == set(pareto.AXIS_LABELS.values())
     assert [a.get_xlabel() for a in fig.axes[:3]] == list(pareto.AXIS_LABELS.values())  # tpf, weighted, wall
     assert all(n > 0 for n in plots.legend_points(fig).values())
+
+
+def _as_dynamic(t: pd.DataFrame, rule: str, where=None) -> pd.DataFrame:
+    """`t` with remask rule `rule`'s speed and accuracy set to dynamic(τ)'s on the same benchmark, axis and τ (on the
+    rows `where` selects, default all)."""
+    t = t.copy()
+    dyn = t[t["mode"] == "dynamic"].set_index(["benchmark", "axis", "threshold"])
+    at = (t["mode"] == "remask") & (t["rule"] == rule) & (True if where is None else where(t))
+    keys = pd.MultiIndex.from_frame(t.loc[at, ["benchmark", "axis", "threshold"]])
+    for c in ("speed", "accuracy"):
+        t.loc[at, c] = dyn[c].reindex(keys).to_numpy()
+    return t
+
+
+def _remask_lines(fig) -> dict:
+    return {ln.get_label(): ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("remask")}
+
+
+def test_plot_tags_a_remask_rule_that_equals_dynamic_and_draws_it_visible():
+    """A rule at dynamic(τ)'s own points at every τ sits exactly under the frontier: its label says (= dynamic) and
+    it is drawn dashed, hollow and above the frontier; a rule that differs is untagged and drawn as before."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report import plots
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    fig = pareto.plot_matched_speed(_as_dynamic(t, "delta"))
+    lines = _remask_lines(fig)
+    same = [lab for lab in lines if lab.startswith("remask, rule delta")]
+    other = [lab for lab in lines if lab.startswith("remask, rule tau")]
+    assert len(same) == 1 and same[0].endswith("(= dynamic)"), list(lines)
+    assert len(other) == 1 and "= dynamic" not in other[0], list(lines)
+    ln, frontier_line = lines[same[0]], fig.axes[0].get_lines()[0]
+    assert ln.get_linestyle() == "--" and ln.get_markerfacecolor() == "none" and ln.get_markersize() == 8
+    assert ln.get_zorder() > frontier_line.get_zorder()
+    assert lines[other[0]].get_linestyle() == "-" and lines[other[0]].get_markersize() == 4
+    legend = [x.get_text() for x in fig.legends[0].get_texts()]
+    assert same[0] in legend and other[0] in legend
+    assert all(n > 0 for n in plots.legend_points(fig).values())
+    plt.close(fig)
+    # a speed off by more than the tolerance at one τ is no longer the dynamic point
+    off = _as_dynamic(t, "delta")
+    at = (off["rule"] == "delta") & np.isclose(off["threshold"], 0.5)
+    off.loc[at, "speed"] *= 1.01
+    fig = pareto.plot_matched_speed(off)
+    assert not any("= dynamic" in lab for lab in _remask_lines(fig)), list(_remask_lines(fig))
+    plt.close(fig)
+
+
+def test_plot_counts_the_panels_where_a_rule_equals_dynamic():
+    """Equal to dynamic on the tpf panels only (2 of the 6 benchmark x axis panels): the label counts them, and the
+    series is dashed only where it coincides."""
+    import matplotlib.pyplot as plt
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0)
+    fig = pareto.plot_matched_speed(_as_dynamic(t, "delta", where=lambda d: d["axis"] == "tpf"))
+    n_panels = len(fig.axes)
+    lab = next(lab for lab in _remask_lines(fig) if lab.startswith("remask, rule delta"))
+    assert lab.endswith(f"(= dynamic in 2 of {n_panels} panels)"), lab
+    styles = {ax.get_xlabel(): next(ln for ln in ax.get_lines() if ln.get_label() == lab).get_linestyle()
+              for ax in fig.axes}  # fmt: skip
+    assert styles[pareto.AXIS_LABELS["tpf"]] == "--" and styles[pareto.AXIS_LABELS["wall_speedup"]] == "-"
+    plt.close(fig)

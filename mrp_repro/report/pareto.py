@@ -185,11 +185,40 @@ def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
     return t.groupby(keys, dropna=False)["at_equal_speed"].value_counts().unstack(fill_value=0).reset_index()
 
 
+#: a remask series' point equals its dynamic(τ) point within these (speed relative to max(1, |speed|); accuracy in
+#: points): drawn at the frontier's own points, it says so (plot_matched_speed)
+_SAME_SPEED_RTOL, _SAME_ACC_ATOL = 1e-6, 1e-6
+
+
+def _series_key(setting: pd.Series) -> pd.Series:
+    """A remask setting with its τ taken out: "upstream_remask(0.3,2)" -> "upstream_remask(2)"."""
+    return setting.str.replace(r"\([0-9.]+,?", "(", regex=True)
+
+
+def _equals_dynamic(g: pd.DataFrame, dyn: pd.DataFrame) -> bool:
+    """Whether a series' rows `g` on one panel (benchmark x axis) sit on that panel's dynamic rows `dyn` at every τ:
+    a dynamic row at the same τ with the same speed and accuracy (within the tolerances above). Drawn as usual, such
+    a series lies exactly under the frontier and cannot be seen."""
+    if g.empty:
+        return False
+    d = dyn.assign(_tau=dyn["threshold"].astype(float).round(6)).drop_duplicates("_tau").set_index("_tau")
+    tau = g["threshold"].astype(float).round(6)
+    if not tau.isin(d.index).all():
+        return False
+    s, a = g["speed"].to_numpy(float), g["accuracy"].to_numpy(float)
+    s0, a0 = d.loc[tau, "speed"].to_numpy(float), d.loc[tau, "accuracy"].to_numpy(float)
+    tol = _SAME_SPEED_RTOL * np.maximum(1.0, np.abs(s))
+    return bool((np.abs(s - s0) <= tol).all() and (np.abs(a - a0) <= _SAME_ACC_ATOL).all())
+
+
 def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     """Accuracy against speed for one decoding family (`algorithm`: its own frontier and settings, never another
     family's), one row of panels per benchmark, one column per axis the table holds (tpf, weighted_tpf when the
-    table was built with head_cost, wall_speedup): the dynamic frontier (line through its Pareto points; other
-    dynamic settings hollow), every remask rule's τ points, direct(K)."""
+    table was built with head_cost, wall_speedup): the dynamic frontier (line through its Pareto points; static
+    and dynamic settings off it hollow), every remask rule's τ points, direct(K). A remask series whose points are
+    the dynamic settings' own (same τ, speed and accuracy) is drawn dashed with larger hollow markers above the
+    frontier on those panels, and its label says " (= dynamic)" (on every panel it is drawn on) or " (= dynamic in
+    N of M panels)"."""
     import matplotlib.pyplot as plt
 
     from mrp_repro.report.plots import set_theme
@@ -205,11 +234,29 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
                              squeeze=False)  # fmt: skip
     # one series per remask setting with its τ taken out: a rule, or (upstream) a rule at one δ of the sweep
     rem = table[table["mode"] == "remask"]
-    series_of = rem["setting"].str.replace(r"\([0-9.]+,?", "(", regex=True)  # "upstream_remask(0.3,2)" -> "...(2)"
+    series_of = _series_key(rem["setting"])
     keys = sorted(set(zip(rem["rule"], series_of, strict=True)))
     shared = {r for r, _ in keys if sum(k == r for k, _ in keys) > 1}  # rules with several series (δ sweep)
     cmap = plt.get_cmap("tab10")
     colors = {k: cmap((i + 1) % 10) for i, k in enumerate(keys)}
+    # each series' rows per panel, and whether they are the panel's dynamic points (then hidden under the frontier)
+    panels = {}  # (bench, axis) -> {key: (rows, on the dynamic points)}
+    for bench in benches:
+        for axis in axes_names:
+            t = table[(table["benchmark"] == bench) & (table["axis"] == axis)]
+            dyn, tr = t[t["mode"] == "dynamic"], t[t["mode"] == "remask"]
+            t_series = _series_key(tr["setting"])
+            panels[bench, axis] = {}
+            for k in keys:
+                g = tr[(tr["rule"] == k[0]) & (t_series == k[1])].sort_values("threshold")
+                panels[bench, axis][k] = (g, _equals_dynamic(g, dyn))
+    series_labels = {}
+    for rule, series in keys:
+        drawn = [same for p in panels.values() for k, (g, same) in p.items() if k == (rule, series) and len(g)]
+        on = sum(drawn)
+        tag = "" if not on else " (= dynamic)" if on == len(drawn) else f" (= dynamic in {on} of {len(drawn)} panels)"
+        what = f"{rule}, {series}" if rule in shared else rule
+        series_labels[rule, series] = f"remask, rule {what} (τ points){tag}"
     for bi, bench in enumerate(benches):
         for ai, axis in enumerate(axes_names):
             ax = axes[bi][ai]
@@ -217,18 +264,19 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             fr = t[t["mode"].isin(FRONTIER)]
             ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
             ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label="dynamic frontier (static, dynamic τ)", zorder=3)
+            # every frontier setting hollow: those on the frontier are filled by the line's markers
             ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3,
-                       label="dynamic τ off the frontier (hollow)")  # fmt: skip
+                       label="static or dynamic τ off the frontier (hollow)")  # fmt: skip
             for _, r in fr.iterrows():
                 lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
                 ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
-            tr = t[t["mode"] == "remask"]
-            t_series = tr["setting"].str.replace(r"\([0-9.]+,?", "(", regex=True)
-            for rule, series in keys:
-                g = tr[(tr["rule"] == rule) & (t_series == series)].sort_values("threshold")
-                what = f"{rule}, {series}" if rule in shared else rule
-                ax.plot(g["speed"], g["accuracy"], "-s", color=colors[rule, series], ms=4, lw=1, alpha=0.85,
-                        label=f"remask, rule {what} (τ points)")  # fmt: skip
+            n_same = 0  # series on the dynamic points so far: each next one's hollow markers a size larger, so
+            for k in keys:  # several (δ 1, 2, 4 of upstream, say) nest rather than hide one another
+                g, same = panels[bench, axis][k]
+                style = (dict(ls="--", marker="s", ms=8 + 3 * n_same, mfc="none", mew=1.5, lw=1.6, zorder=5)
+                         if same else dict(ls="-", marker="s", ms=4, lw=1, alpha=0.85))  # fmt: skip
+                n_same += bool(same)
+                ax.plot(g["speed"], g["accuracy"], color=colors[k], label=series_labels[k], **style)
             d = t[t["mode"] == "direct"].sort_values("K")
             if len(d):  # a family without direct mode (upstream) names no direct(K) series
                 ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label="direct(K)")

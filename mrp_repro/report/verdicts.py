@@ -185,7 +185,11 @@ def _control_summary(rows: pd.DataFrame) -> str:
     named = {HOLDS: "MRP beats its control", NOT_SHOWN: "not shown to beat it", NOT: "the control is better",
              NA: "control not measured"}  # fmt: skip
     measured = len(c) - int(counts.get(NA, 0))
-    text = (f"{len(c)} of them are about MRP; {measured} have a measured no-MRP control: "
+    rest = sorted(set(rows["id"]) - set(c["id"]))  # claims about the backbone, or whose null is itself a no-MRP model
+    text = (f"{len(c)} of them judge an MRP decoding mode and carry a no-MRP control"
+            + (f" (not {', '.join(rest)}: {len(rows) - len(c)} verdicts whose statistic is about the backbone or "
+               "already has a no-MRP model as its null)" if rest else "")
+            + f"; {measured} have a measured no-MRP control: "
             + ", ".join(f"{counts.get(v, 0)} {named[v]}" for v in (HOLDS, NOT_SHOWN, NOT) if counts.get(v, 0)))
     return text + (f"; {int(counts[NA])} have none measured (the control column says why)" if counts.get(NA, 0) else "")
 
@@ -228,7 +232,8 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
              "Does MRP itself help here? (from the control verdicts: MRP minus a decode without MRP, paired over "
              "prompts; report.claims_controls)", ""]  # fmt: skip
     lines += [f"- {s}" for s in mode_sentences(report).values()]
-    lines += ["", f"Every paper number below is {pm}'s, for the same benchmark (blank where the paper has none). This "
+    lines += ["", f"Every paper number below is {pm}'s, for the same benchmark, unless the paper column names "
+              "another model and benchmark (blank where the paper has none). This "
               f"profile is {mode}. {len(main)} verdicts over {report['id'].nunique()} claims in all.", "",
               "Verdicts: **holds** (the CI clears the null; a sized claim on a comparable profile also within "
               "tolerance of the paper); **holds in direction; size not compared**; **holds in direction, not in "
