@@ -32,7 +32,7 @@ help:
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
-	@echo "                 retrains them instead (runs/from-scratch/; 25 min measured on tiny) and compares (docs/published.md)"
+	@echo "                 retrains them instead (runs/from-scratch/; 22 min measured on tiny) and compares (docs/published.md)"
 	@echo "make gpu-check   the GPU check with the machine's CUDA torch, no install (kernels vs reference, verify at SDAR-4B"
 	@echo "                 shapes, engine; ~6 min) into GPU_CHECK_OUT=figures/gpu_check/"
 	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: 12 heads on tiny, ~85 min measured on 2 shared"
