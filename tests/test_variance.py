@@ -158,3 +158,22 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs, monk
     r = variance.seed_run(P, variance.BACKBONE, P.seed, n_prompts=2, threads=1)
     same = variance.seed_run(P, variance.HEAD, P.seed, n_prompts=2)["values"]
     pd.testing.assert_frame_equal(pd.DataFrame(r["values"]), pd.DataFrame(same))
+
+
+def test_an_across_seeds_verdict_attaches_only_where_the_seed_runs_give_the_published_run_its_verdict(tmp_path):
+    """A seed run decodes no no-MRP control, so its check of the published run can read "holds" where claims.md,
+    with the control, reads "not shown": that across-seeds verdict belongs to another test and is not attached."""
+    from mrp_repro.report import verdicts
+
+    gain = ("remask-max-gain", "synth-code")
+    seeds = {k: _report({gain: HOLDS}) for k in ((variance.HEAD, 0), (variance.HEAD, 1), (variance.BACKBONE, 1))}
+    a = variance.claims_across_seeds(seeds, published_seed=0)
+    base = _report({gain: NOT_SHOWN}).assign(
+        claim="c", paper="", ours="", reason="r", statistic="s", null="n", paper_number="p", tolerance="–",
+        verdict_rule="v", table="t", source="s")  # fmt: skip
+    md = verdicts.write_report(base, tmp_path, "tiny", False, "", a).read_text()
+    out = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False)
+    assert out.loc[0, "robust"] == "" and out.loc[0, "verdict_across_seeds"] == ""
+    assert "1 more are not attached" in md
+    verdicts.write_report(base.assign(verdict=HOLDS), tmp_path, "tiny", False, "", a)  # the same verdict: attached
+    assert str(pd.read_csv(tmp_path / "claims.csv", keep_default_na=False).loc[0, "robust"]) == "True"

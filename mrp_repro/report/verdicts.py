@@ -11,6 +11,7 @@ mrp_repro.report.claims.CLAIMS; this module only states what a verdict means and
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,9 +123,22 @@ def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.D
                 # judged across seeds under another declared test (variance_claims.csv predates it): not this claim's
                 out.attrs["stale_across_seeds"] += 1
                 continue
+            if _published_seed_verdict(getattr(hit, "seed_verdicts", "")) != r["verdict"]:
+                # the seed runs' check of the published run gives another verdict than this row's (a seed run does
+                # not decode the control, e.g. the random veto): across seeds it is another test, not this claim's
+                out.attrs["unlike_across_seeds"] = out.attrs.get("unlike_across_seeds", 0) + 1
+                continue
             out.at[i, "verdict_across_seeds"] = f"{hit.verdict_across_seeds} ({hit.robust_reason}: {hit.seeds})"
             out.at[i, "robust"] = str(hit.robust)
     return out
+
+
+def _published_seed_verdict(seed_verdicts) -> str:
+    """The published run's verdict in variance_claims' seed_verdicts ("0: holds; head 1: ...; backbone 2: ..."),
+    or "" when it has none. A verdict may itself hold "; " ("holds in direction; size not compared"), so an entry
+    ends where the next seed's name begins."""
+    m = re.search(r"(?:^|; )0: (.*?)(?=; (?:head |backbone )?\d+: |$)", str(seed_verdicts))
+    return m.group(1) if m else ""
 
 
 #: the claims each mode's sentence reads (their control verdicts), in report order
@@ -214,6 +228,7 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
                     across: pd.DataFrame | None = None) -> str:  # fmt: skip
     report = with_across_seeds(_with_columns(report), across)
     stale = report.attrs.get("stale_across_seeds", 0)
+    unlike = report.attrs.get("unlike_across_seeds", 0)
     main, ext = report[~report["extension"].astype(bool)], report[report["extension"].astype(bool)]
     groups = tally(report)
     paper_rows = groups["paper"]
@@ -242,7 +257,7 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
               "report.wallclock's checks: its forward-count ceiling, agreement of two grids timing the same decode, "
               "or repeated interleaved passes; wallclock_checks.md); **not measured**. Each claim's declared "
               "statistic, null and control are listed below the tables.", "",
-              _seeds_line(across, main, stale)]  # fmt: skip
+              _seeds_line(across, main, stale, unlike)]  # fmt: skip
     head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | control (MRP vs its no-MRP control) | "
             "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
     for g, title in _SECTIONS:
@@ -270,7 +285,7 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
     return "\n".join(lines) + "\n"
 
 
-def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame, stale: int = 0) -> str:
+def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame, stale: int = 0, unlike: int = 0) -> str:
     if across is None:
         return ("Across seeds: `make variance` has not run on this profile, so no verdict here is judged across seeds "
                 "(`robust` and `verdict_across_seeds` are blank).")  # fmt: skip
@@ -286,7 +301,10 @@ def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame, stale: int = 0)
             "True only when the claim holds (or holds in direction) on every seed measured, at least two. Blank: not "
             "judged across seeds (the claim reads a grid the seed runs do not decode, or the other decoding family)."
             + (f" {stale} more were judged under earlier declared tests and are not attached (`make variance` judges "
-               "them again)." if stale else ""))
+               "them again)." if stale else "")
+            + (f" {unlike} more are not attached: the seed runs' check gives the published run another verdict than "
+               "this table's (a seed run decodes no no-MRP control), so across seeds it is another test."
+               if unlike else ""))
 
 
 def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "",
