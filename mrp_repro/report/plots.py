@@ -240,8 +240,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
             ax.errorbar(base["threshold"], base["baseline_accuracy"], yerr=_yerr(base, "baseline_accuracy"),
                         capsize=3, label=base_labels[algo], **base_styles[algo])  # fmt: skip
         for algo, rule, d in series:
-            same_d = g["delta"].isna() if d is None else np.isclose(g["delta"], d)
-            h = g[(g["algorithm"] == algo) & (g["rule"] == rule) & same_d].sort_values("threshold")
+            h = g[_in_series(g, algo, rule, d)].sort_values("threshold")
             color, marker, ls = style[(algo, rule, d)]
             on_base = dict(ls="--", ms=8, mfc="none", mew=1.8) if b in same[(algo, rule, d)] else dict(ls=ls, ms=5)
             ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
