@@ -170,6 +170,8 @@ class BackboneTrainingConfig:
     weight_decay: float = _in(0)
     ckpt_every: int = _in(1)
     num_threads: int | None = _in(1, default=None)  # null: torch's default
+    # block sizes of the training steps, in turn (SDAR: trained with 4, evaluated with 16); empty: block_size
+    block_sizes: tuple[int, ...] = _in(1, default=())
 
 
 @dataclass(frozen=True)
@@ -529,6 +531,9 @@ def _check_values(p: Profile) -> None:
         need(m.num_heads % m.num_kv_heads == 0, "model.num_heads must be a multiple of model.num_kv_heads")
         need(m.head_dim % 2 == 0, f"model.head_dim ({m.head_dim}) must be even: rotary embeddings rotate its halves")
         need(p.tokenizer.kind == "tiny", "a scratch model uses tokenizer.kind 'tiny'")
+        bad = [b for b in p.backbone_training.block_sizes if p.block_size % b]
+        need(not bad, f"backbone_training.block_sizes {bad} must divide block_size ({p.block_size}): training "
+                      "sequences are laid out in whole blocks of block_size")  # fmt: skip
     train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
     need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
     need(  # the online recipe draws its own chains of any length

@@ -88,10 +88,15 @@ class BackboneNotTrained(UserError, FileNotFoundError):
 
 def backbone_key(profile: Profile) -> str:
     """The cache key of a scratch profile's backbone: its directory is runs/<profile>/backbone-<key>/."""
+    from mrp_repro.tasks import chain
     from mrp_repro.tasks.synthetic import GENERATOR_VERSION
 
-    key = hashlib.sha256(f"{profile.section_hash(*BACKBONE_SECTIONS)}:synthetic-v{GENERATOR_VERSION}".encode())
-    return key.hexdigest()[:12]
+    # a setting at its empty default leaves the key it had before the setting existed (tiny's cached backbones)
+    unset = ("backbone_training.block_sizes",) if not profile.backbone_training.block_sizes else ()
+    text = f"{profile.section_hash(*BACKBONE_SECTIONS, exclude=unset)}:synthetic-v{GENERATOR_VERSION}"
+    if set(profile.data.tasks) & set(chain.TASKS):
+        text += f":chain-v{chain.GENERATOR_VERSION}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def backbone_dir(profile: Profile) -> Path:
@@ -191,7 +196,7 @@ def random_backbone(profile: Profile, std: float = 0.02, seed: int = 0, device=N
     """A randomly initialised scratch backbone of `profile`'s shape with the tiny tokenizer (no training)."""
     from mrp_repro.training.backbone import make_tokenizer, model_config_for
 
-    tok = make_tokenizer()
+    tok = make_tokenizer(profile)
     model = SDARModel(model_config_for(profile, len(tok))).init_weights(std, torch.Generator().manual_seed(seed))
     model = model.to(pick_device(device) if device is not None else "cpu").eval()
     mask_id, eos, pad = special_ids(tok)

@@ -49,9 +49,12 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 
+from . import chain
 from .benchmarks import Problem
 
-TASKS = ("synth-math", "synth-code")
+MULTISET_TASKS = ("synth-math", "synth-code")
+#: every generated task: the multiset families here, and the chain families of tasks/chain.py (delegated to it)
+TASKS = MULTISET_TASKS + chain.TASKS
 # Bumped whenever generated problems change, so cached backbones trained on older data are not reused.
 # v3: code over 6 variables, all in play (v2: 5 of 10 drawn per problem, prompt of 24 characters, on which the
 # tiny backbone reached 47.5% static accuracy; v3: 88.5% in make reproduce, 95.5% in a 1-thread run).
@@ -104,7 +107,7 @@ def spec(task: str, block_size: int) -> Spec:
 
 
 def _check_task(task: str) -> None:
-    if task not in TASKS:
+    if task not in MULTISET_TASKS:
         raise ValueError(f"unknown synthetic task {task!r}; expected one of {TASKS}")
 
 
@@ -212,6 +215,8 @@ def generate(task: str, split: str, n: int, seed: int, block_size: int) -> list[
     hold distinct problems (as long as the space allows); train may repeat a
     problem (training answers are re-sampled in random order anyway).
     """
+    if task in chain.TASKS:
+        return chain.generate(task, split, n, seed, block_size)
     _check_task(task)
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
@@ -273,13 +278,17 @@ def _render(problem: Problem, order: list[str]) -> str:
 
 def canonical_answer(problem: Problem) -> str:
     """The answer with the list in canonical order (code: most common term first; math: sorted)."""
+    if problem.benchmark in chain.TASKS:
+        return chain.canonical_answer(problem)
     if problem.benchmark == "synth-code":
         return problem.extra["canonical"]
     return _math_answer(problem, list(problem.extra["digits"]))
 
 
 def sample_answer(problem: Problem, rng: random.Random) -> str:
-    """A uniformly random valid answer (the list in a uniformly random order)."""
+    """A uniformly random valid answer (the list in a uniformly random order); chain tasks: chain.sample_answer."""
+    if problem.benchmark in chain.TASKS:
+        return chain.sample_answer(problem, rng)
     order = list(problem.extra["items"])
     rng.shuffle(order)
     return _render(problem, order)
@@ -291,9 +300,15 @@ def answer_ambiguity(problem: Problem) -> float:
     return max(Counter(items).values()) / len(items)
 
 
-def alphabet() -> str:
-    """Every character that prompts and answers of both families use."""
-    chars = set("Q:=+" + PAD + " #" + "0123456789" + CODE_VARIABLES + MATH_DIGITS)
+def alphabet(tasks=MULTISET_TASKS) -> str:
+    """Every character that the prompts and answers of ``tasks`` use (the tiny tokenizer's characters)."""
+    chars = set()
+    if set(tasks) & set(MULTISET_TASKS):
+        chars |= set("Q:=+" + PAD + " #" + "0123456789" + CODE_VARIABLES + MATH_DIGITS)
+    if set(tasks) & set(chain.TASKS):
+        chars |= set(chain.alphabet())
+    if not chars:
+        raise ValueError(f"no generated task among {list(tasks)}; expected some of {TASKS}")
     return "".join(sorted(chars))
 
 
@@ -453,6 +468,8 @@ def score(problem: Problem, output_text: str, execute: bool = False) -> dict:
       a permutation of the prompt's digits, the running sums are right for that
       order, the final answer is the last sum.
     """
+    if problem.benchmark in chain.TASKS:
+        return chain.score(problem, output_text)
     text = _truncate(output_text)
     if problem.benchmark == "synth-code":
         expr = text or None

@@ -180,8 +180,11 @@ def block_diffusion_loss(model: SDARModel, batch: dict[str, torch.Tensor]) -> to
 # ----------------------------------------------------------------------------- data
 
 
-def make_tokenizer():
-    return build_tiny_tokenizer(synthetic.alphabet())
+def make_tokenizer(profile: Profile | None = None):
+    """The char-level tokenizer over the characters of the profile's generated tasks (tiny's by default)."""
+    if profile is None:
+        return build_tiny_tokenizer(synthetic.alphabet())
+    return build_tiny_tokenizer(synthetic.alphabet([t for t in profile.data.tasks if t in synthetic.TASKS]))
 
 
 def model_config_for(profile: Profile, vocab_size: int) -> ModelConfig:
@@ -354,7 +357,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     set_num_threads(num_threads or tc.num_threads)
     torch.use_deterministic_algorithms(False)
 
-    tok = make_tokenizer()
+    tok = make_tokenizer(profile)
     mask_id = mask_token_id(tok)
     data = TrainData(profile, tok)
     cfg = model_config_for(profile, len(tok))
@@ -399,7 +402,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     while step < tc.steps:
         clean, plens, valid = data.batch(step, tc.batch_size)
         g = torch.Generator().manual_seed(hash_seed(profile.seed, step))
-        batch = build_block_diffusion_batch(clean, plens, profile.block_size, mask_id, g, valid)
+        batch = build_block_diffusion_batch(clean, plens, train_block_size(profile, step), mask_id, g, valid)
         loss = block_diffusion_loss(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -452,6 +455,14 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     write_json_atomic(done_path, {"metrics": metrics, "provenance": provenance(profile, "cpu"), "files": record,
                                   "rows": {"loss_curve.csv": len(curve)}})  # fmt: skip
     return metrics
+
+
+def train_block_size(profile: Profile, step: int) -> int:
+    """The block size of training step `step`: backbone_training.block_sizes in turn (SDAR trains with 4 and is
+    evaluated with 16), or the profile's block_size where none is set. Sequences are laid out at the profile's
+    block_size either way (prompts and EOS padding), so every training block size divides it."""
+    sizes = profile.backbone_training.block_sizes or (profile.block_size,)
+    return sizes[step % len(sizes)]
 
 
 def hash_seed(seed: int, step: int) -> int:

@@ -1,0 +1,324 @@
+"""Synthetic tasks whose answer tokens depend on each other: a carried number, a name defined and then used.
+
+The stand-in of issue 34 (profile ``chain16``). Unlike the multiset tasks of :mod:`synthetic` (list slots that tie
+by design), every answer here is a chain: each step's tokens are fixed by what came before, and the genuine
+uncertainty (which term next, which phrasing, which name) moves every later token.
+
+``chain-math``  (stand-in for GSM8K; scored on the final answer, GSM8K's ``#### N`` extraction)
+    prompt ``Q:37,+25,-18,+9,-4=`` (a start value, then 3-5 signed terms, padded with ``.`` to whole blocks)
+    answer ``Start at 37. Then 37-4=33. Next 33+9=42. Then 42-18=24. Now 24+25=49. #### 49``: the terms are applied
+    smallest magnitude first, noisily (sort key ``|x| + N(0, ORDER_NOISE)``), so how sure the next term is depends
+    on the gaps between the prompt's terms (0.5 for a near tie, ~1 for a gap of 30), and each running value is
+    carried into the next step. The step words vary (``Then``/``Next``/``Now``, skewed), which moves every later
+    character of the step.
+
+``chain-code``  (stand-in for HumanEval; executed in :mod:`sandbox` against the true function)
+    prompt ``Q:a+b;1*c;a-2;3+1=`` (4-6 statements over the arguments a, b, c and earlier results: digit k names
+    statement k's value)
+    answer ``def f(a,b,c):\\n tot=a+b\\n acc=tot*c\\n val=a-acc\\n res=val+tot\\n return res``: each statement
+    gets a name drawn without replacement from a skewed pool, and every later use must spell that name;
+    commutative operands are written in either order (prompt order 0.7).
+
+Splits are disjoint by construction (a problem's key, its prompt body, hashes into train / val / test). Bump
+GENERATOR_VERSION when the generated problems change, so a cached backbone trained on other data is not reused.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import warnings
+
+from .benchmarks import Problem
+
+TASKS = ("chain-math", "chain-code")
+GENERATOR_VERSION = 1
+SPLITS = ("train", "val", "test")
+PAD = "."
+
+# chain-math
+MATH_START = (20, 99)
+MATH_TERM = (2, 49)
+MATH_N_TERMS = (3, 5)
+MATH_MAX_VALUE = 199  # every running value stays in [0, MATH_MAX_VALUE] whatever the order
+ORDER_NOISE = 8.0  # sd of the noise on the sort key |x|: a gap of 10 puts the smaller first with p 0.81
+STEP_WORDS = (("Then ", 0.6), ("Next ", 0.25), ("Now ", 0.15))
+
+# chain-code
+CODE_ARGS = "abc"
+CODE_N_STATEMENTS = (4, 6)
+CODE_OPS = "+-*"
+CODE_MAX_MULS = 2  # keeps values small enough to print
+NAMES = (("tot", 0.35), ("acc", 0.2), ("val", 0.13), ("res", 0.1), ("tmp", 0.08), ("out", 0.06), ("cur", 0.05),
+         ("num", 0.03))  # fmt: skip
+SWAP_COMMUTATIVE = 0.3  # a commutative statement is written in the other operand order with this probability
+
+_STOP = re.compile(r"<\|")  # an answer ends at the first special token (EOS)
+
+
+def _round_up(x: int, b: int) -> int:
+    return -(-x // b) * b
+
+
+def prompt_len(task: str, block_size: int) -> int:
+    """Prompt length at ``block_size``: the longest prompt body plus ``=``, rounded up to whole blocks."""
+    _check_task(task)
+    if task == "chain-math":
+        core = 2 + 2 + MATH_N_TERMS[1] * 4 + 1  # Q: + start + ",+xx" per term + =
+    else:
+        core = 2 + CODE_N_STATEMENTS[1] * 4 - 1 + 1  # Q: + "a+b;" per statement (no trailing ;) + =
+    return _round_up(core, block_size)
+
+
+def _check_task(task: str) -> None:
+    if task not in TASKS:
+        raise ValueError(f"unknown chain task {task!r}; expected one of {TASKS}")
+
+
+def split_of_key(key: str) -> str:
+    from .synthetic import split_of_key as split  # one partition rule for every synthetic family
+
+    return split(key)
+
+
+# ----------------------------------------------------------------------------- drawing problems
+
+
+def _draw_math(rng: random.Random) -> dict:
+    while True:
+        start = rng.randint(*MATH_START)
+        n = rng.randint(*MATH_N_TERMS)
+        terms = [rng.choice((1, -1)) * rng.randint(*MATH_TERM) for _ in range(n)]
+        neg = -sum(t for t in terms if t < 0)
+        pos = sum(t for t in terms if t > 0)
+        if start - neg >= 0 and start + pos <= MATH_MAX_VALUE and len({abs(t) for t in terms}) == n:
+            body = f"{start}," + ",".join(f"{t:+d}" for t in terms)
+            return {"key": f"chain-math:{body}", "body": body, "start": start, "terms": terms}
+
+
+def _draw_code(rng: random.Random) -> dict:
+    n = rng.randint(*CODE_N_STATEMENTS)
+    stmts: list[tuple[str, str, str]] = []
+    muls = 0
+    for k in range(1, n + 1):
+        refs = [str(j) for j in range(1, k)]
+        pool = list(CODE_ARGS) + refs
+        op = rng.choice(CODE_OPS if muls < CODE_MAX_MULS else "+-")
+        muls += op == "*"
+        if k == 1:
+            left, right = rng.sample(CODE_ARGS, 2)
+        else:
+            dep = str(k - 1) if rng.random() < 0.6 else rng.choice(refs)  # a chain: each uses an earlier value
+            other = rng.choice([x for x in pool if x != dep])
+            left, right = (dep, other) if rng.random() < 0.5 else (other, dep)
+        stmts.append((left, op, right))
+    body = ";".join(f"{a}{op}{b}" for a, op, b in stmts)
+    return {"key": f"chain-code:{body}", "body": body, "statements": stmts}
+
+
+def _problem(task: str, d: dict, split: str, idx: int, block_size: int) -> Problem:
+    prompt = "Q:" + d["body"]
+    prompt = prompt + PAD * (prompt_len(task, block_size) - len(prompt) - 1) + "="
+    extra = {"key": d["key"], "block_size": block_size}
+    if task == "chain-math":
+        final = d["start"] + sum(d["terms"])
+        extra.update(start=d["start"], terms=list(d["terms"]), final_answer=str(final))
+        return Problem(task_id=f"chain-math/{split}/{idx}", benchmark="chain-math", prompt_text=prompt,
+                       reference=str(final), entry_point=None, extra=extra)  # fmt: skip
+    extra.update(statements=[list(s) for s in d["statements"]], variables=CODE_ARGS)
+    return Problem(task_id=f"chain-code/{split}/{idx}", benchmark="chain-code", prompt_text=prompt,
+                   reference=_check_code(d["key"], d["statements"]), entry_point="f", extra=extra)  # fmt: skip
+
+
+def generate(task: str, split: str, n: int, seed: int, block_size: int) -> list[Problem]:
+    """``n`` problems of ``task`` from ``split``; deterministic in (task, split, seed, block_size).
+
+    val and test hold distinct problems; train may repeat one (its answers are re-sampled anyway)."""
+    _check_task(task)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+    rng = random.Random(f"{task}|{split}|{seed}|{block_size}|v{GENERATOR_VERSION}")
+    draw = _draw_math if task == "chain-math" else _draw_code
+    unique = split != "train"
+    seen: set[str] = set()
+    out: list[Problem] = []
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 200 * max(n, 1) + 10_000:  # pragma: no cover - the spaces hold millions of problems
+            warnings.warn(f"{task}/{split}: only {len(out)} distinct problems; the rest repeat", stacklevel=2)
+            unique, attempts = False, 0
+        d = draw(rng)
+        if split_of_key(d["key"]) != split or (unique and d["key"] in seen):
+            continue
+        seen.add(d["key"])
+        out.append(_problem(task, d, split, len(out), block_size))
+    return out
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def _weighted(rng: random.Random, options) -> str:
+    words, weights = zip(*options, strict=True)
+    return rng.choices(words, weights=weights, k=1)[0]
+
+
+def _math_answer(problem: Problem, order: list[int], words: list[str]) -> str:
+    value = problem.extra["start"]
+    parts = [f"Start at {value}."]
+    for t, word in zip(order, words, strict=True):
+        new = value + t
+        parts.append(f"{word}{value}{'+' if t > 0 else '-'}{abs(t)}={new}.")
+        value = new
+    parts.append(f"#### {value}")
+    return " ".join(parts)
+
+
+def _code_answer(problem: Problem, names: list[str], swaps: list[bool]) -> str:
+    def operand(x: str) -> str:
+        return names[int(x) - 1] if x.isdigit() else x
+
+    lines = [f"def f({','.join(CODE_ARGS)}):"]
+    for (left, op, right), name, swap in zip(problem.extra["statements"], names, swaps, strict=True):
+        a, b = operand(left), operand(right)
+        if swap and op in "+*":
+            a, b = b, a
+        lines.append(f" {name}={a}{op}{b}")
+    lines.append(f" return {names[len(problem.extra['statements']) - 1]}")
+    return "\n".join(lines)
+
+
+def sample_answer(problem: Problem, rng: random.Random) -> str:
+    """A random valid answer, drawn from the training distribution the module docstring describes."""
+    if problem.benchmark == "chain-math":
+        terms = problem.extra["terms"]
+        order = sorted(terms, key=lambda t: abs(t) + rng.gauss(0.0, ORDER_NOISE))
+        words = [_weighted(rng, STEP_WORDS) for _ in terms]
+        return _math_answer(problem, order, words)
+    n = len(problem.extra["statements"])
+    pool = list(NAMES)
+    names = []
+    for _ in range(n):
+        name = _weighted(rng, pool)
+        names.append(name)
+        pool = [(w, p) for w, p in pool if w != name]
+    return _code_answer(problem, names, [rng.random() < SWAP_COMMUTATIVE for _ in range(n)])
+
+
+def canonical_answer(problem: Problem) -> str:
+    """The most likely answer's shape: terms by magnitude, the first step word, names in pool order, no swaps."""
+    if problem.benchmark == "chain-math":
+        terms = sorted(problem.extra["terms"], key=abs)
+        return _math_answer(problem, terms, [STEP_WORDS[0][0]] * len(terms))
+    n = len(problem.extra["statements"])
+    return _code_answer(problem, [w for w, _ in NAMES[:n]], [False] * n)
+
+
+def alphabet() -> str:
+    """Every character the prompts and answers of both tasks use."""
+    chars = set("Q:=,;.+-*# ()\n" + PAD + "0123456789" + CODE_ARGS + "".join(w for w, _ in NAMES))
+    chars |= set("Start at" + "".join(w for w, _ in STEP_WORDS) + "def return")
+    return "".join(sorted(chars))
+
+
+# ----------------------------------------------------------------------------- scoring
+
+
+def _truncate(output_text: str) -> str:
+    m = _STOP.search(output_text)
+    return (output_text[: m.start()] if m else output_text).rstrip()
+
+
+def true_function(problem: Problem, a: int, b: int, c: int) -> int:
+    """chain-code's f evaluated directly from the prompt's statements (no generated code involved)."""
+    env = {"a": a, "b": b, "c": c}
+    value = 0
+    for k, (left, op, right) in enumerate(problem.extra["statements"], start=1):
+        x, y = env[left], env[right]
+        value = x + y if op == "+" else x - y if op == "-" else x * y
+        env[str(k)] = value
+    return value
+
+
+def _check_code(key: str, statements, n_tests: int = 6) -> str:
+    """HumanEval-style test code: ``def check(candidate)`` asserting f on random integer inputs."""
+    probe = Problem(task_id="", benchmark="chain-code", prompt_text="", reference="", entry_point="f",
+                    extra={"statements": [list(s) for s in statements]})  # fmt: skip
+    rng = random.Random(f"{key}|check")
+    lines = ["def check(candidate):"]
+    for _ in range(n_tests):
+        xs = [rng.randint(-20, 20) for _ in CODE_ARGS]
+        lines.append(f"    assert candidate({', '.join(map(str, xs))}) == {true_function(probe, *xs)}")
+    return "\n".join(lines) + "\n"
+
+
+def code_program(problem: Problem, text: str) -> str:
+    """Python source that exits 0 iff the generated ``def f`` passes the problem's check."""
+    return text + "\n\n" + problem.reference + f"\n\ncheck({problem.entry_point})\n"
+
+
+_MATH_STEP = re.compile(r"(?:Then |Next |Now )(-?\d+)([+-])(\d+)=(-?\d+)\.")
+
+
+def _math_chain_valid(problem: Problem, text: str) -> bool:
+    """Every step's arithmetic right, each carried value the previous result, every prompt term used once."""
+    head, sep, tail = text.partition("####")
+    if not sep or not head.startswith(f"Start at {problem.extra['start']}."):
+        return False
+    value, used = problem.extra["start"], []
+    rest = head[len(f"Start at {problem.extra['start']}.") :].strip()
+    steps = _MATH_STEP.findall(rest)
+    if " ".join(m.group(0) for m in _MATH_STEP.finditer(rest)) != rest:  # nothing but well-formed steps
+        return False
+    for left, sign, x, result in steps:
+        t = int(x) if sign == "+" else -int(x)
+        if int(left) != value or int(result) != value + t:
+            return False
+        value = int(result)
+        used.append(t)
+    return sorted(used) == sorted(problem.extra["terms"]) and tail.strip() == str(value)
+
+
+def score(problem: Problem, output_text: str, execute: bool = True) -> dict:
+    """``{"correct", "valid_chain", "extracted"}`` for one model output (the text after the prompt).
+
+    chain-math: ``extracted`` = the final answer (GSM8K extraction), ``correct`` = it equals the reference,
+    ``valid_chain`` = every step right. chain-code: ``extracted`` = the program, ``correct`` = it passes the
+    check in the sandbox (``execute=True``, the default; ``False`` compares f on the check's inputs in-process
+    only for trusted text in tests), ``valid_chain`` = correct and written in the answer format."""
+    text = _truncate(output_text)
+    if problem.benchmark == "chain-math":
+        from .synthetic import _extract_final, _same_number
+
+        extracted = _extract_final(text)
+        correct = _same_number(extracted, problem.reference)
+        return {"correct": bool(correct), "valid_chain": _math_chain_valid(problem, text), "extracted": extracted}
+    if problem.benchmark == "chain-code":
+        if not text.startswith("def f("):
+            return {"correct": False, "valid_chain": False, "extracted": text or None}
+        if execute:
+            from .sandbox import run_program
+
+            correct = run_program(code_program(problem, text), timeout_s=5.0).status == "passed"
+        else:
+            correct = _trusted_check(problem, text)
+        lines = text.split("\n")
+        shaped = len(lines) == len(problem.extra["statements"]) + 2 and lines[-1].startswith(" return ")
+        return {"correct": bool(correct), "valid_chain": bool(correct and shaped), "extracted": text}
+    raise ValueError(f"not a chain problem: {problem.benchmark!r}")
+
+
+def _trusted_check(problem: Problem, text: str) -> bool:
+    """In-process check for answers this module wrote itself (tests): never call it on model output."""
+    env: dict = {}
+    try:
+        exec(compile(text, "<answer>", "exec"), env)  # noqa: S102 - trusted text only
+        rng = random.Random(problem.extra["key"])
+        for _ in range(6):
+            xs = [rng.randint(-20, 20) for _ in CODE_ARGS]
+            if env["f"](*xs) != true_function(problem, *xs):
+                return False
+        return True
+    except Exception:  # noqa: BLE001
+        return False
