@@ -33,10 +33,13 @@ Rows of a batch are left-padded by whole blocks; pad keys are never attended to
 Numerics (`NUMERICS`, switched per module tree by `use_numerics`; equal in fp32, they round apart in bf16):
   "ours"      (default) RMSNorm normalises in fp32, casts, then scales in the input dtype (Qwen3's HF code);
               attention always takes the explicit boolean mask.
-  "upstream"  as the released MRP code computes (issue 20; the upstream decoding family turns it on):
-              RMSNorm is `F.rms_norm` (normalise and scale in fp32, one rounding), and a call whose mask
-              is all True runs attention without a mask (their decode path's unmasked flash-attn call;
-              here SDPA's unmasked kernel). docs/upstream-remask.md: what still differs on a GPU.
+  "upstream"  as the released MRP code computes (issues 20, 38; the upstream decoding family turns it on):
+              RMSNorm is `F.rms_norm` (normalise and scale in fp32, one rounding), and every attention call in
+              the released code's form for its mask (`attention_mask`, `released_attention`): an all-True mask
+              runs flash-attn's `flash_attn_func` where the optional flash-attn package can run it (CUDA, fp16 /
+              bf16), SDPA without a mask otherwise; any other mask runs SDPA with the released mask (1, T, S)
+              bool, `scale=head_dim**-0.5`, `enable_gqa=True` (on CPU a 3-D mask selects SDPA's math kernel, the
+              4-D one its flash kernel: they round apart in bf16). docs/upstream.md: per call kind.
 """
 
 from __future__ import annotations
@@ -99,11 +102,65 @@ class RMSNorm(nn.Module):
 
 
 def attention_mask(module: nn.Module, mask: torch.Tensor) -> torch.Tensor | None:
-    """The mask attention is called with: None where `module` runs upstream numerics and `mask` is all True (the
-    released code's decode calls pass no mask then; one host sync per forward), else `mask` itself."""
-    if getattr(module, "numerics", "ours") == "upstream" and bool(mask.all()):
+    """The mask attention is called with, once per forward: `mask` (B, 1, T, S) itself under our numerics. Where
+    `module` runs upstream numerics, the released code's form: None where `mask` is all True (their all-ones calls:
+    `released_attention` runs them unmasked), the released shape (1, T, S) bool where every row of it is the same
+    (their layout: rows share positions, no padding; their prefill and verify masks are [1, T, S]), else `mask`
+    (rows that differ, a padded batch of our engine's, have no released form). One or two host syncs per forward."""
+    if getattr(module, "numerics", "ours") != "upstream":
+        return mask
+    if bool(mask.all()):
         return None
+    if mask.shape[0] == 1 or bool((mask == mask[:1]).all()):
+        return mask[:1, 0].contiguous()
     return mask
+
+
+_FLASH_ATTN: list = []  # [flash_attn_func or None, version or None]: flash-attn looked up once per process
+
+
+def flash_attn_package() -> tuple:
+    """(flash_attn_func, version) of the optional flash-attn package, or (None, None) where it is not installed
+    (an extra, never required). Looked up once per process."""
+    if not _FLASH_ATTN:
+        try:
+            from flash_attn import flash_attn_func
+        except Exception:  # noqa: BLE001 - absent, or built for another torch / CUDA: SDPA it is
+            _FLASH_ATTN.extend([None, None])
+        else:
+            from importlib import metadata
+
+            try:
+                version = metadata.version("flash-attn")
+            except metadata.PackageNotFoundError:
+                version = "unknown"
+            _FLASH_ATTN.extend([flash_attn_func, version])
+    return _FLASH_ATTN[0], _FLASH_ATTN[1]
+
+
+def released_unmasked_backend(device, dtype: torch.dtype) -> str:
+    """What an all-ones-mask attention call runs under upstream numerics on `device` in `dtype`: "flash_attn" (flash-
+    attn's flash_attn_func, as the released code on a GPU) where the package is installed and can run it (CUDA,
+    fp16 / bf16), else "sdpa" (PyTorch's SDPA without a mask)."""
+    fn, _ = flash_attn_package()
+    ok = fn is not None and torch.device(device).type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    return "flash_attn" if ok else "sdpa"
+
+
+def released_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                       scale: float) -> torch.Tensor:  # fmt: skip
+    """The released code's attention call at inference (upstream numerics), by its mask (`attention_mask`):
+    None, an all-ones mask: `flash_attn_func(q, k, v, causal=False, softmax_scale=scale)` on (B, T, heads, hd)
+    where released_unmasked_backend says "flash_attn", else SDPA without a mask (the same scale and enable_gqa as
+    below); a mask: SDPA with it as given, is_causal=False, the explicit scale, enable_gqa=True.
+    q (B, nh, T, hd), k, v (B, nkv, S, hd) -> (B, nh, T, hd)."""
+    if mask is None:
+        if released_unmasked_backend(q.device, q.dtype) == "flash_attn":
+            fn, _ = flash_attn_package()
+            y = fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False, softmax_scale=scale)
+            return y.transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=scale, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False, scale=scale, enable_gqa=True)
 
 
 @contextmanager
@@ -127,7 +184,8 @@ def use_numerics(numerics: str, *modules: nn.Module | None):
 
 
 class NumericsAware:
-    """A module whose forward reads `self.numerics` (NUMERICS): SDARModel and the MRP head (attention_mask)."""
+    """A module whose forward reads `self.numerics` (NUMERICS): SDARModel and the MRP head (attention_mask), and
+    Attention (released_attention)."""
 
     numerics = "ours"
 
@@ -149,7 +207,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
-class Attention(nn.Module):
+class Attention(NumericsAware, nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.nh, self.nkv, self.hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -181,7 +239,10 @@ class Attention(nn.Module):
                 torch.cat([p[:, None].expand(-1, fold, -1, -1, -1), n.view(-1, fold, *n.shape[1:])], 3).flatten(0, 1)
                 for p, n in ((past[0], k), (past[1], v))
             )
-        y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=self.nh != self.nkv)
+        if self.numerics == "upstream":  # the released code's call for this mask (attention_mask)
+            y = released_attention(q, k_all, v_all, mask, self.hd**-0.5)
+        else:
+            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=self.nh != self.nkv)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.nh * self.hd)), (k, v)
 
 

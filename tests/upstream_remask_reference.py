@@ -37,7 +37,7 @@ def _norm(module, x):
 
 
 def _layer(layer, x, cos, sin, past, mask):
-    """One decoder layer as theirs: x (1, T, H); past (k, v) (1, nkv, S, hd) or None; mask (T, S + T) bool or
+    """One decoder layer as theirs: x (1, T, H); past (k, v) (1, nkv, S, hd) or None; mask (1, T, S + T) bool or
     None (their decode calls: unmasked). -> x, (k, v) of this call's T positions."""
     at = layer.self_attn
     T = x.shape[1]
@@ -82,10 +82,11 @@ def reference_head(head, model: SDARModel, h_A: torch.Tensor, ids: torch.Tensor,
 
 
 def block_causal(T: int, L: int) -> torch.Tensor | None:
-    """Their prefill mask (T, T) bool; None when it is all True (one block: their unmasked call)."""
+    """Their prefill mask in their shape, (1, T, T) bool (a slice of their [1, N, N] block mask: on CPU SDPA runs
+    its math kernel for a 3-D mask, issue 38); None when it is all True (one block: their unmasked call)."""
     blk = torch.arange(T) // L
     m = blk[None, :] <= blk[:, None]
-    return None if bool(m.all()) else m
+    return None if bool(m.all()) else m[None]
 
 
 def reference_pick(logits: torch.Tensor):
