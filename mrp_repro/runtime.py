@@ -297,8 +297,27 @@ def machine_summary() -> str:
     return f"{c['platform']} {c['cpu_capability']} {c['blas']} {c['threads']} threads{held}"
 
 
+def upstream_attention(device: torch.device) -> str:
+    """The kernel the upstream family's all-ones-mask attention calls (block forwards, store-KV commits, the head) run
+    on `device` in the run's dtype (pick_dtype): `flash_attn_func (flash-attn <version>)`, as the released code on a
+    GPU, where the optional flash-attn package can run them (CUDA, fp16 / bf16), else `sdpa` and why; its masked calls
+    are SDPA with the released mask (model.released_attention; docs/upstream.md)."""
+    from mrp_repro.model import flash_attn_package, released_unmasked_backend
+
+    try:
+        dtype = pick_dtype(device)
+    except ValueError:
+        return "unknown (MRP_REPRO_DTYPE is not a dtype)"
+    _, version = flash_attn_package()
+    if released_unmasked_backend(device, dtype) == "flash_attn":
+        return f"flash_attn_func (flash-attn {version})"
+    why = "flash-attn not installed" if version is None else f"flash-attn {version} needs CUDA and fp16/bf16"
+    return f"sdpa ({why}; {device.type}, {str(dtype).removeprefix('torch.')})"
+
+
 def provenance(profile: Profile, device: str | torch.device | None = None) -> dict[str, Any]:
-    """What produced a result: profile, code version, package versions, device, time (UTC)."""
+    """What produced a result: profile, code version, package versions, device, the upstream family's attention
+    kernel (upstream_attention), time (UTC)."""
     dev = torch.device(device) if device is not None else pick_device()
     commit = _git("rev-parse", "HEAD")
     # the committed figures are what a reproduce run rewrites: dirty means code or configs differ from the commit
@@ -313,6 +332,8 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
         "torch": torch.__version__,
         "transformers": _version("transformers"),
         "triton": _version("triton"),
+        "flash_attn": _version("flash-attn"),  # optional: the upstream family's all-ones-mask attention on a GPU
+        "upstream_attention": upstream_attention(dev),
         "numpy": np.__version__,
         "platform": f"{sys.platform}-{platform.machine()}",
         "device": str(dev),
