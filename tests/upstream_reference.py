@@ -2,19 +2,135 @@
 (heavyball-research/multi-token-residual-prediction, modeling_sdar_mrp.py: `generate` with
 low_confidence_static, `_generate_spec`; temperature 1, top_k 1), for tests/test_upstream.py.
 
-Plain Python loops over rows, positions and candidates; tensors only for the model calls. The model is
-called through its cached block forward (forward_block, commit_block, prefill) with a cache of its own, and
-each verify candidate is its own forward_block, so the numerics are the backbone's; everything else (layout,
+Plain Python loops over rows, positions and candidates; tensors only for the model calls. By default the
+model is called through its cached block forward (forward_block, commit_block, prefill) with a cache of its own,
+and each verify candidate is its own forward_block, so the numerics are the backbone's; everything else (layout,
 picks, acceptance, bonus, stopping, counters) is written here again, one row at a time, except the
 acceptance, which their code computes for the whole batch (the batch's shortest accepted prefix).
 
+released=True (issue 38): the forwards too are written here in the released code's order and attention forms
+(`Released`: F.rms_norm; their masks as float [1, T, S] slices made bool; a call whose mask is all ones runs
+flash_attn_func where flash-attn can run it, else SDPA without a mask; any other mask SDPA with it, is_causal
+False, scale head_dim**-0.5, enable_gqa True), with a KV list of its own, the head on its own block, and the
+verify of their `_generate_spec`: the K + 1 candidates packed side by side in ONE forward with their
+block-diagonal mask (verify="packed"), or ("each") one block forward per candidate (our lossless "exact").
+
     from upstream_reference import reference_upstream
     tokens, counters, rows = reference_upstream(model, prompts, mask_id, eos_ids, block, max_new, K=3, head=h)
+    tokens, counters, rows = reference_upstream(..., released=True, verify="packed")   # their numerics too
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
+import torch.nn.functional as F
+
+from mrp_repro.model import apply_rope, rope_cos_sin
+
+
+# -- the released code's forwards (released=True) ----------------------------------------------------------
+def _rms(module, x):
+    return F.rms_norm(x, module.weight.shape, module.weight, module.eps)
+
+
+def _attend(at, q, k, v, mask):
+    """Their SDARAttention at inference. mask: float (1, T, S) (a slice of their block mask) or bool (their
+    verify mask); made bool; all ones -> their decode call (flash_attn_func on (B, T, heads, hd); SDPA without a
+    mask where flash-attn cannot run: CPU, fp32, not installed), else their prefill call (SDPA with the mask)."""
+    scale = at.hd**-0.5
+    mask = mask.bool()
+    if bool(torch.all(mask)):
+        try:
+            from flash_attn import flash_attn_func
+        except Exception:  # noqa: BLE001
+            flash_attn_func = None
+        if flash_attn_func is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+            y = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False,
+                                softmax_scale=scale)  # fmt: skip
+            return y.transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=False, scale=scale, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False, scale=scale, enable_gqa=True)
+
+
+def _layer(layer, x, cos, sin, past, mask):
+    """One decoder layer, batched as theirs: x (B, T, H); past (k, v) (B, nkv, S, hd) or None. -> x, (k, v)."""
+    at = layer.self_attn
+    B, T, _ = x.shape
+    h = _rms(layer.input_layernorm, x)
+    q = _rms(at.q_norm, at.q_proj(h).view(B, T, -1, at.hd)).transpose(1, 2)
+    k = _rms(at.k_norm, at.k_proj(h).view(B, T, -1, at.hd)).transpose(1, 2)
+    v = at.v_proj(h).view(B, T, -1, at.hd).transpose(1, 2)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    ka = k if past is None else torch.cat([past[0], k], 2)
+    va = v if past is None else torch.cat([past[1], v], 2)
+    x = x + at.o_proj(_attend(at, q, ka, va, mask).transpose(1, 2).reshape(B, T, -1))
+    h = _rms(layer.post_attention_layernorm, x)
+    return x + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h)), (k, v)
+
+
+class Released:
+    """The released code's backbone and head calls on `model` / `head`'s weights, with a KV list of its own
+    (their DynamicCache: the prefill and each store-KV forward append; every other call reads it)."""
+
+    def __init__(self, model, head, total: int, block: int):
+        self.model, self.head, self.L = model, head, block
+        n = total // block
+        dev = model.lm_head.weight.device
+        # their block_diffusion_attention_mask: float, [1, total, total]
+        self.block_mask = torch.tril(torch.ones(n, n, device=dev)).repeat_interleave(block, 0).repeat_interleave(
+            block, 1)[None]  # fmt: skip
+        self.past = None
+
+    def _run(self, layers, x, ids_pos, mask, past, store):
+        cfg = self.model.config
+        cos, sin = rope_cos_sin(ids_pos, cfg.head_dim, cfg.rope_theta, x.dtype)
+        new = []
+        for i, layer in enumerate(layers):
+            x, kv = _layer(layer, x, cos, sin, None if past is None else past[i], mask)
+            new.append(kv)
+        if store:  # their DynamicCache.update: the new keys appended
+            old = self.past or [(k[:, :, :0], v[:, :, :0]) for k, v in new]
+            self.past = [
+                (torch.cat([pk, k], 2), torch.cat([pv, v], 2)) for (pk, pv), (k, v) in zip(old, new, strict=True)
+            ]
+        return x
+
+    def backbone(self, ids, pos, mask, store=False):
+        """ids, pos (B, T) -> logits (B, T, V), post-norm hidden (B, T, H)."""
+        x = F.embedding(ids, self.model.embed_tokens.weight)
+        h = _rms(self.model.norm, self._run(self.model.layers, x, pos, mask, self.past, store))
+        return SimpleNamespace(logits=self.model.lm_head(h), hidden=h)
+
+    def prefill(self, ids, pos):
+        P = ids.shape[1]
+        self.backbone(ids, pos, self.block_mask[:, :P, :P], store=True)
+
+    def block(self, state, pos, store=False):
+        lo = int(pos[0, 0])
+        return self.backbone(state, pos, self.block_mask[:, lo : lo + self.L, : lo + self.L], store)
+
+    def draft(self, h_in, state, pos):
+        """Their head: its layers' KV never written, so it sees its own block only. -> h_C (B, L, H)."""
+        hd = self.head
+        e = F.embedding(state, self.model.embed_tokens.weight)
+        x = hd.eh_proj(torch.cat([_rms(hd.enorm, e), _rms(hd.hnorm, h_in)], -1))
+        lo = int(pos[0, 0])
+        return _rms(hd.norm, self._run(hd.layers, x, pos, self.block_mask[:, lo : lo + self.L, : lo + self.L],
+                                       None, False))  # fmt: skip
+
+    def verify_packed(self, cands, pos):
+        """Their verify: C(0..K) side by side, positions repeated, [1, ML, prefix + ML] block-diagonal mask."""
+        M, L = len(cands), self.L
+        lo = int(pos[0, 0])
+        mask = torch.zeros(1, M * L, lo + M * L, dtype=torch.bool, device=pos.device)
+        mask[:, :, :lo] = True
+        for k in range(M):
+            mask[:, k * L : (k + 1) * L, lo + k * L : lo + (k + 1) * L] = True
+        out = self.backbone(torch.cat(cands, 1), pos.repeat(1, M), mask)
+        return [SimpleNamespace(logits=out.logits[:, k * L : (k + 1) * L], hidden=out.hidden[:, k * L : (k + 1) * L])
+                for k in range(M)]  # fmt: skip
 
 
 def _pick_row(logits, state: list[int], mask_id: int, eligible: bool):
@@ -42,8 +158,10 @@ def _has_mask(row: list[int], mask_id: int, eligible: bool) -> bool:
 
 @torch.no_grad()
 def reference_upstream(model, prompts, mask_id, eos_ids, block, max_new, K=None, head=None, draft_logits="none",
-                       scale=1.0):  # fmt: skip
+                       scale=1.0, released=False, verify="packed"):  # fmt: skip
     """K None: their static (one reveal per step, at most `block` steps); else their speculative with K drafts.
+    released: the forwards in the released code's forms (Released), the verify `verify` ("packed": theirs; "each":
+    one block forward per candidate); else the model's own calls, one forward_block per candidate.
     -> (tokens per row, their counters (dict), per-row counters (list of dicts))."""
     B, L = len(prompts), block
     lens = [len(p) for p in prompts]
@@ -65,10 +183,17 @@ def reference_upstream(model, prompts, mask_id, eos_ids, block, max_new, K=None,
             rows[r]["tokens"] += 1
             c["tokens"] += 1
 
+    rel = Released(model, head, total, L) if released else None
+    if verify not in ("packed", "each"):
+        raise ValueError(f"verify={verify!r}: packed or each")
     if n_prefill:
         P = n_prefill * L
-        model.prefill(torch.tensor([row[:P] for row in x], device=dev), positions[:, :P],
-                      torch.ones(B, P, dtype=torch.bool, device=dev), cache, L, with_logits=False)  # fmt: skip
+        ids = torch.tensor([row[:P] for row in x], device=dev)
+        if rel is not None:
+            rel.prefill(ids, positions[:, :P])
+        else:
+            model.prefill(ids, positions[:, :P], torch.ones(B, P, dtype=torch.bool, device=dev), cache, L,
+                          with_logits=False)  # fmt: skip
         c["prefill"] += 1
         for r in range(B):
             rows[r]["commit"] += 1
@@ -81,7 +206,19 @@ def reference_upstream(model, prompts, mask_id, eos_ids, block, max_new, K=None,
         cur = [row[lo:hi] for row in x]
 
         def fwd(state, pos=pos):
+            if rel is not None:
+                return rel.block(torch.tensor(state, device=dev), pos)
             return model.forward_block(torch.tensor(state, device=dev), pos, cache)
+
+        def draft(h_in, state, pos=pos):
+            if rel is not None:
+                return rel.draft(h_in, torch.tensor(state, device=dev), pos)
+            return head(h_in, torch.tensor(state, device=dev), pos, model.embed_tokens)
+
+        def verify_all(cands, pos=pos):
+            if rel is not None and verify == "packed":
+                return rel.verify_packed([torch.tensor(c, device=dev) for c in cands], pos)
+            return [fwd(c) for c in cands]
 
         if K is None:  # their low_confidence_static, denoising_steps = L
             for _ in range(L):
@@ -96,8 +233,12 @@ def reference_upstream(model, prompts, mask_id, eos_ids, block, max_new, K=None,
                     if p is not None:
                         reveal(r, cur[r], *p)
         else:
-            cur = _spec_block(model, head, fwd, cur, pos, K, draft_logits, scale, mask_id, finished, c, rows, reveal)
-        model.commit_block(torch.tensor(cur, device=dev), pos, cache, with_logits=False)
+            cur = _spec_block(model, fwd, draft, verify_all, cur, K, draft_logits, scale, mask_id, finished, c, rows,
+                              reveal)  # fmt: skip
+        if rel is not None:
+            rel.block(torch.tensor(cur, device=dev), pos, store=True)  # their store-KV forward
+        else:
+            model.commit_block(torch.tensor(cur, device=dev), pos, cache, with_logits=False)
         c["store_kv"] += 1
         for r in range(B):
             rows[r]["commit"] += not finished[r]
@@ -112,7 +253,7 @@ def reference_upstream(model, prompts, mask_id, eos_ids, block, max_new, K=None,
     return tokens, c, rows
 
 
-def _spec_block(model, head, fwd, cur, pos, K, draft_logits, scale, mask_id, finished, c, rows, reveal):
+def _spec_block(model, fwd, draft, verify_all, cur, K, draft_logits, scale, mask_id, finished, c, rows, reveal):
     B = len(cur)
     seed = fwd(cur)
     c["denoise"] += 1
@@ -143,7 +284,7 @@ def _spec_block(model, head, fwd, cur, pos, K, draft_logits, scale, mask_id, fin
             if j == K - 1:
                 break
             h_in = h_acc if draft_logits == "sum" else h_cur
-            hC = head(h_in, torch.tensor(new, device=pos.device), pos, model.embed_tokens)
+            hC = draft(h_in, new)
             c["mrp"] += 1
             for r in range(B):
                 rows[r]["mrp"] += _has_mask(new[r], mask_id, not finished[r])
@@ -154,8 +295,8 @@ def _spec_block(model, head, fwd, cur, pos, K, draft_logits, scale, mask_id, fin
             else:
                 lg = C
             h_cur = hC
-        # verify: every candidate C(0..K), each its own block forward
-        outs = [fwd(cand) for cand in cands]
+        # verify: every candidate C(0..K), each its own block forward, or (released, "packed") theirs: one call
+        outs = verify_all(cands)
         c["denoise"] += 1
         for r in range(B):
             rows[r]["denoise"] += need[r]
