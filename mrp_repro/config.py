@@ -268,6 +268,14 @@ class DecodingConfig:
     # wherever a first call per shape shows it bitwise, else `loop`: one forward_block per candidate); `packed`:
     # one call, other rounding (not lossless in bf16). measure.cost counts the calls (verify_passes).
     verify: VerifyPath = "exact"
+    # The dynamic-τ frontier, the control of record of direct mode and remasking (report.pareto, issue 35): the τ at
+    # which dynamic(τ) is decoded beside static(1) in the controls grid (report.grids.control_settings), on top of
+    # `thresholds` (decoded in the modes grid already). The default samples every 0.05 in 0.05-0.95; a comparison
+    # whose frontier segment spans more than frontier_max_gap accuracy points is refused (pareto.frontier_gap):
+    # add τ there. Kept out of the modes grid, so adding it left that grid's cached spec valid.
+    frontier_thresholds: tuple[float, ...] = _in(
+        0, 1, lo_open=True, hi_open=True, default=tuple(round(0.05 * i, 2) for i in range(1, 20)))
+    frontier_max_gap: float = _in(0, lo_open=True, default=10.0)
 
 
 @dataclass(frozen=True)
