@@ -331,3 +331,74 @@ def _spec_block(model, fwd, draft, verify_all, cur, K, draft_logits, scale, mask
             c["stalled"] += 1
             break
     return cur
+
+
+def compare_released(dtypes=(torch.bfloat16, torch.float32), seeds=(0, 1), block=8, max_new=16):
+    """Backbone.generate (the upstream numerics) against reference_upstream(released=True) on mismatch's random
+    model (vocabulary 64) and head: per dtype, batch (1, 3), prompt depth (1 prefilled block, 2-3) and setting
+    (static; speculative K = 1-3, draft none / sum, verify "exact" and their "packed"), the tokens equal to the
+    reference's and to upstream static's, and the runs whose every counter equals the reference's. -> DataFrame."""
+    import random
+
+    import pandas as pd
+
+    from mrp_repro.backbone import Backbone
+    from mrp_repro.decoding.mismatch import CONFIG, random_backbone, random_head
+    from mrp_repro.decoding.upstream import UpstreamSpeculative, UpstreamStatic
+
+    mask_id, eos, L = 1, 2, block
+    keys = ("prefill", "denoise", "store_kv", "mrp", "blocks", "rounds", "proposed", "accepted", "bonus", "tokens",
+            "stalled")  # fmt: skip
+
+    def same(a, b):  # (positions equal, positions) over the rows; a shorter row's missing positions differ
+        pairs = list(zip(a, b, strict=True))
+        return (sum(x == y for r, s in pairs for x, y in zip(r, s, strict=False)),
+                sum(max(len(r), len(s)) for r, s in pairs))  # fmt: skip
+
+    settings = [(None, "none", "exact")] + [(K, d, v) for v in ("exact", "packed") for K in (1, 2, 3)
+                                            for d in ("none", "sum")]  # fmt: skip
+    out = {}
+    for dtype in dtypes:
+        m, h = random_backbone(0, dtype), random_head(10, dtype)
+        bb = Backbone(m, None, mask_id, [eos], 0, L, None, None)
+        for batch in (1, 3):
+            for blocks in (1, 2, 3):
+                for seed in seeds:
+                    rng = random.Random(seed + 10 * blocks)
+                    ps = [[rng.randrange(3, CONFIG.vocab_size) for _ in range(blocks * L + rng.randrange(1, L))]
+                          for _ in range(3)]  # fmt: skip
+                    for i in range(0, 3, batch):
+                        group = ps[i : i + batch]
+                        static = bb.generate(group, UpstreamStatic(), max_new).tokens
+                        for K, d, v in settings:
+                            pol = UpstreamStatic() if K is None else UpstreamSpeculative(K, h, d, verify=v)
+                            res = bb.generate(group, pol, max_new)
+                            ref, c, _ = reference_upstream(m, group, mask_id, [eos], L, max_new, K=K, head=h,
+                                                           draft_logits=d, released=True,
+                                                           verify="packed" if v == "packed" else "each")  # fmt: skip
+                            b = res.batch
+                            mine = (b.prefill_forwards, b.denoise_forwards, b.store_kv_forwards, b.mrp_forwards,
+                                    b.blocks_decoded, b.spec_rounds, b.drafts_proposed, b.drafts_accepted,
+                                    b.bonus_tokens, b.tokens, b.stalled_blocks)  # fmt: skip
+                            key = (str(dtype).removeprefix("torch."), batch, "1" if blocks == 1 else "2-3",
+                                   "static" if K is None else f"speculative {v}")  # fmt: skip
+                            row = out.setdefault(key, [0, 0, 0, 0, 0, 0])
+                            e, n = same(res.tokens, ref)
+                            e2, n2 = same(res.tokens, static)
+                            row[0] += e
+                            row[1] += n
+                            row[2] += e2
+                            row[3] += n2
+                            row[4] += mine == tuple(c[k] for k in keys)
+                            row[5] += 1
+    rows = [dict(dtype=k[0], batch=k[1], prefilled_blocks=k[2], setting=k[3], tokens_equal_released=f"{r[0]}/{r[1]}",
+                 counters_equal_released=f"{r[4]}/{r[5]}", tokens_equal_static=f"{r[2]}/{r[3]}")
+            for k, r in out.items()]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+if __name__ == "__main__":  # nice -n 10 .venv/bin/python -m tests.upstream_reference   (~2 min on one core)
+    torch.set_num_threads(1)
+    from mrp_repro.report.tables import markdown
+
+    print(markdown(compare_released()))
