@@ -171,8 +171,12 @@ def _set(state: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor, valid: torch
 
 class UpstreamSpeculative(UpstreamPolicy):
     """Their `_generate_spec` with K = mrp_steps (see the module docstring). verify: how the K + 1
-    candidates are computed (model.VERIFY_PATHS, decoding.verify; "exact": bitwise each one's block forward, in
-    one folded backbone call where that is bitwise, else one call each; theirs is one packed forward, our "packed")."""
+    candidates are computed (model.VERIFY_PATHS, decoding.verify; "exact", the default: bitwise each one's block
+    forward, in one folded backbone call where that is bitwise, else one call each, so lossless in every dtype;
+    theirs is one packed forward, our "packed": under the upstream numerics (Backbone.generate) in their call form,
+    SDPA with their [1, (K+1)L, S] block-diagonal mask (issue 38), which rounds apart from the block forwards in bf16
+    (on CPU SDPA's math kernel against its flash kernel), so, as theirs, not token-identical to static there;
+    docs/upstream.md)."""
 
     def __init__(self, K: int, head, draft_logits: str = "none", sum_scale: float = 1.0, verify: str = "exact"):
         if K < 1:
