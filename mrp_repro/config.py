@@ -12,7 +12,15 @@ never depends on how a profile was written. Every field is type-checked against
 its annotation; unknown keys, missing keys and wrong types raise ConfigError
 naming the field. Every number carries its allowed range (`_in`, field metadata) and is checked in one place,
 `_check_ranges`: `backbone_training.steps: -5` is refused as `backbone_training.steps: -5 is out of range,
-allowed >= 1`. This module does not import torch.
+allowed >= 1`. Sizes, batches, steps and counts also carry an upper bound (what a value would need beyond it
+exhausts any machine this package runs on: a hidden_size of 1e8 is OOM-killed with no message), and a scratch
+backbone's parameter count is bounded (MAX_SCRATCH_PARAMS). This module does not import torch.
+
+Reading a file is bounded too, since a profile may come from anywhere (`--profile some.yaml`): at most
+MAX_PROFILE_BYTES, strict UTF-8, no YAML aliases (500 bytes of nested aliases expand to gigabytes), at most
+MAX_DEPTH levels of nesting (a deep file overflowed the parser's recursion), and every error is one line that
+shows a value only when it is short (`_got`, `_show`): never a line of a file that is not a profile (`--profile
+/etc/shadow` names no field of it).
 """
 
 from __future__ import annotations
@@ -111,6 +119,27 @@ def _in(lo=None, hi=None, *, lo_open=False, hi_open=False, default: Any = datacl
 
 
 SEED_MAX = 2**32 - 1  # numpy's seed range
+# Upper bounds of sizes, batches, steps and counts: each far above every shipped profile (SDAR-8B: hidden 4096, 36
+# layers, vocabulary 151,936, sequences of 4096; tiny: 200,000 training examples, 62,250 head steps at most), and
+# below what would exhaust a machine before the first step (an embedding of 1e8 rows, a batch of 1e8 sequences).
+MAX_WIDTH = 1 << 15  # hidden_size (intermediate_size: 4x)
+MAX_VOCAB = 1 << 21
+MAX_LAYERS = 512
+MAX_HEADS = 1024
+MAX_HEAD_DIM = 1024
+MAX_LENGTH = 1 << 20  # sequence lengths, positions, new tokens
+MAX_BLOCK = 1024  # block sizes, lookaheads, chain steps
+MAX_BATCH = 1 << 16
+MAX_STEPS = 10**8
+MAX_EPOCHS = 10**4
+MAX_EXAMPLES = 10**8  # prompts, training examples, shard rows
+MAX_BOOTSTRAP = 10**6
+MAX_THREADS = 4096
+MAX_SCRATCH_PARAMS = 2 * 10**10  # a scratch backbone trained here (SDAR-8B has 8e9)
+# Reading a profile file.
+MAX_PROFILE_BYTES = 1 << 20  # the shipped ones are under 4 kB
+MAX_DEPTH = 32  # nesting levels of a profile's YAML (a profile has 3)
+_SHOWN = 40  # characters of a value an error message shows at most
 
 
 # ----------------------------------------------------------------------------- schema
@@ -130,16 +159,16 @@ class ModelConfig:
     revision: str | None = None  # hub revision; pin a commit sha when known
     local_dir: str | None = None  # a directory with config.json + *.safetensors
     # Architecture. For hub/local sources null means "read from config.json".
-    vocab_size: int | None = _in(2, default=None)  # scratch: null = the tiny tokenizer's size
-    hidden_size: int | None = _in(1, default=None)
-    intermediate_size: int | None = _in(1, default=None)
-    num_layers: int | None = _in(1, default=None)
-    num_heads: int | None = _in(1, default=None)
-    num_kv_heads: int | None = _in(1, default=None)
-    head_dim: int | None = _in(2, default=None)  # even: rotary embeddings rotate its two halves
+    vocab_size: int | None = _in(2, MAX_VOCAB, default=None)  # scratch: null = the tiny tokenizer's size
+    hidden_size: int | None = _in(1, MAX_WIDTH, default=None)
+    intermediate_size: int | None = _in(1, 4 * MAX_WIDTH, default=None)
+    num_layers: int | None = _in(1, MAX_LAYERS, default=None)
+    num_heads: int | None = _in(1, MAX_HEADS, default=None)
+    num_kv_heads: int | None = _in(1, MAX_HEADS, default=None)
+    head_dim: int | None = _in(2, MAX_HEAD_DIM, default=None)  # even: rotary embeddings rotate its two halves
     rope_theta: float | None = _in(0, lo_open=True, default=None)
     rms_norm_eps: float | None = _in(0, lo_open=True, default=None)
-    max_position_embeddings: int | None = _in(1, default=None)
+    max_position_embeddings: int | None = _in(1, MAX_LENGTH, default=None)
 
 
 @dataclass(frozen=True)
@@ -151,8 +180,8 @@ class TokenizerConfig:
 @dataclass(frozen=True)
 class DataConfig:
     tasks: tuple[str, ...]
-    n_train: int = _in(1)
-    n_eval: int | None = _in(1)  # null: the whole split
+    n_train: int = _in(1, MAX_EXAMPLES)
+    n_eval: int | None = _in(1, MAX_EXAMPLES)  # null: the whole split
     seed: int = _in(0, SEED_MAX)
     data_dir: str | None = None  # null -> $MRP_REPRO_DATA -> datasets / hub
 
@@ -161,32 +190,32 @@ class DataConfig:
 class BackboneTrainingConfig:
     """Only used (and range-checked) when model.source == "scratch"."""
 
-    steps: int = _in(1)
-    batch_size: int = _in(1)
-    seq_len: int = _in(2)  # next-token targets need two positions
+    steps: int = _in(1, MAX_STEPS)
+    batch_size: int = _in(1, MAX_BATCH)
+    seq_len: int = _in(2, MAX_LENGTH)  # next-token targets need two positions
     lr: float = _in(0, lo_open=True)
-    warmup_steps: int = _in(0)
+    warmup_steps: int = _in(0, MAX_STEPS)
     min_lr_ratio: float = _in(0, 1)
     weight_decay: float = _in(0)
-    ckpt_every: int = _in(1)
-    num_threads: int | None = _in(1, default=None)  # null: torch's default
+    ckpt_every: int = _in(1, MAX_STEPS)
+    num_threads: int | None = _in(1, MAX_THREADS, default=None)  # null: torch's default
     # block sizes of the training steps, in turn (SDAR: trained with 4, evaluated with 16); empty: block_size
-    block_sizes: tuple[int, ...] = _in(1, default=())
+    block_sizes: tuple[int, ...] = _in(1, MAX_BLOCK, default=())
 
 
 @dataclass(frozen=True)
 class TrajectoriesConfig:
     sources: tuple[TaskSource, ...]
-    n_prompts: int = _in(1)
-    shard_size: int = _in(1)
-    chain_steps: int = _in(1)  # reveals recorded per block state (K-step heads train on up to this many)
+    n_prompts: int = _in(1, MAX_EXAMPLES)
+    shard_size: int = _in(1, MAX_EXAMPLES)
+    chain_steps: int = _in(1, MAX_BLOCK)  # reveals recorded per block state (K-step heads train on up to this many)
 
 
 @dataclass(frozen=True)
 class MRPConfig:
-    num_layers: int = _in(1)
+    num_layers: int = _in(1, MAX_LAYERS)
     objective: Literal["residual", "direct"]
-    k_steps: int = _in(1)
+    k_steps: int = _in(1, MAX_BLOCK)
     init: Literal["normal", "structured", "zero-out"]
     init_std: float = _in(0)
     train_source: TaskSource | tuple[TaskSource, ...]  # one source, or a mix of several
@@ -195,22 +224,24 @@ class MRPConfig:
 
 @dataclass(frozen=True)
 class MRPTrainingConfig:
-    steps: int = _in(1)  # optimiser steps (online with `epochs` set: replaced by the epoch's step count)
-    batch_size: int = _in(1)  # the global batch: offline trajectory rows, online packed sequences per optimiser step
+    steps: int = _in(1, MAX_STEPS)  # optimiser steps (online with `epochs` set: replaced by the epoch's step count)
+    # the global batch: offline trajectory rows, online packed sequences per optimiser step
+    batch_size: int = _in(1, MAX_BATCH)
     lr: float = _in(0, lo_open=True)
     warmup_frac: float = _in(0, 1, hi_open=True)
     min_lr_ratio: float = _in(0, 1)
-    ckpt_every: int = _in(1)
+    ckpt_every: int = _in(1, MAX_STEPS)
     heldout_frac: float = _in(0, 1, hi_open=True)
     # Which trainer: `offline` (training/mrp.py: collected trajectories) or `online` (training/online.py: the
     # paper's recipe, noising packed chat SFT sequences and running the frozen backbone inside each step).
     # The keys below have defaults (= the paper's sizes) and are read by the online recipe only.
     recipe: Literal["offline", "online"] = "offline"
-    seq_len: int = _in(1, default=4096)  # packed sequence length (a multiple of block_size); paper 4096
-    micro_batch_size: int = _in(1, default=1)  # sequences per forward; batch_size / micro_batch_size accumulation steps
+    seq_len: int = _in(1, MAX_LENGTH, default=4096)  # packed sequence length (a multiple of block_size); paper 4096
+    # sequences per forward; batch_size / micro_batch_size accumulation steps
+    micro_batch_size: int = _in(1, MAX_BATCH, default=1)
     grad_checkpointing: bool = False  # recompute the head's layers in backward (pays at seq 4096, 3 layers)
     # set: steps = ceil(epochs * packed train sequences / batch_size)
-    epochs: float | None = _in(0, lo_open=True, default=None)
+    epochs: float | None = _in(0, MAX_EPOCHS, lo_open=True, default=None)
     # Chat SFT data: a hub dataset id (upstream JunxiongWang/sftdatasetv3), a local directory of
     # *.jsonl / *.parquet files, or `gsm8k` (the GSM8K train split); see tasks/sft.py for the fields.
     sft_source: str = "JunxiongWang/sftdatasetv3"
@@ -228,11 +259,11 @@ class MRPTrainingConfig:
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    max_new_tokens: int = _in(1)
-    batch_size: int = _in(1)
+    max_new_tokens: int = _in(1, MAX_LENGTH)
+    batch_size: int = _in(1, MAX_BATCH)
     thresholds: tuple[float, ...] = _in(0, 1, lo_open=True, hi_open=True)
-    lookahead_k: tuple[int, ...] = _in(1)
-    speculative_k: tuple[int, ...] = _in(1)
+    lookahead_k: tuple[int, ...] = _in(1, MAX_BLOCK)
+    speculative_k: tuple[int, ...] = _in(1, MAX_BLOCK)
     remask_rules: tuple[RemaskRule, ...]
     remask_delta: float = _in(0)
     remask_logp_delta: float = _in(0)
@@ -280,13 +311,13 @@ class DecodingConfig:
 
 @dataclass(frozen=True)
 class EvaluationConfig:
-    n_prompts: int | None = _in(1)  # null: every prompt of each benchmark
-    bootstrap_samples: int = _in(1)
+    n_prompts: int | None = _in(1, MAX_EXAMPLES)  # null: every prompt of each benchmark
+    bootstrap_samples: int = _in(1, MAX_BOOTSTRAP)
     ci: float = _in(0, 1, lo_open=True, hi_open=True)
     benchmarks: tuple[str, ...]
     # Torch threads for decoding/evaluation on CPU (null: torch's default). Tiny models decode faster
     # on one thread: the ops are too small to split, and a second busy process makes OpenMP spin.
-    num_threads: int | None = _in(1, default=None)
+    num_threads: int | None = _in(1, MAX_THREADS, default=None)
 
 
 #: the models the paper reports, as its tables write them
@@ -324,7 +355,7 @@ SECTIONS: dict[str, type] = {
 class Profile:
     name: str
     seed: int = _in(0, SEED_MAX)
-    block_size: int = _in(1)
+    block_size: int = _in(1, MAX_BLOCK)
     model: ModelConfig
     tokenizer: TokenizerConfig
     data: DataConfig
@@ -405,8 +436,30 @@ def _type_name(tp: Any) -> str:
 
 
 def _got(value: Any) -> str:
+    """`<type> <value>` for an error message: the value itself only when it is short (_SHOWN characters), else its
+    size, so no message carries an unbounded value or a file's line."""
     kind = "null" if value is None else type(value).__name__
-    return f"{kind} {value!r}"
+    if isinstance(value, (dict, list, tuple)):
+        return f"{kind} of {len(value)} {'keys' if isinstance(value, dict) else 'items'}" + (
+            f" {_show(value)}" if len(repr(value)) <= _SHOWN else "")
+    return f"{kind} {_show(value)}"
+
+
+def _show(value: Any) -> str:
+    """repr(value) when it is at most _SHOWN characters on one line, else `<N characters>`: error messages never
+    echo an unbounded value (a 1 GB string, a file's line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**_SHOWN:
+        return f"<an int of {value.bit_length()} bits>"  # str() of a 5000-digit int raises
+    text = repr(value)
+    if len(text) <= _SHOWN and "\n" not in text:
+        return text
+    n = len(value) if isinstance(value, (str, bytes, list, tuple, dict)) else len(text)
+    return f"<{type(value).__name__} of {n} {'characters' if isinstance(value, str) else 'items'}>"
+
+
+def _is_name(key: Any) -> bool:
+    """A key an error may name: a short identifier (any other key is described, not shown)."""
+    return isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,39}", key) is not None
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
@@ -460,9 +513,15 @@ def _build_dataclass(cls: type, raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected a mapping, got {_got(raw)}")
     hints = typing.get_type_hints(cls)
     valid = [f.name for f in fields(cls)]
+    if cls is Profile and raw and not any(k in hints for k in raw):  # not a profile: name none of its keys
+        raise ConfigError(f"not a profile: none of its {len(raw)} top-level keys is a profile key ({', '.join(valid)});"
+                          " pass a shipped profile's name or a YAML file written like configs/tiny.yaml")  # fmt: skip
     for key in raw:
         if key not in hints:
-            raise ConfigError(f"unknown key {key!r} in section {where!r}; valid keys: {', '.join(valid)}")
+            shown = repr(key) if _is_name(key) else (  # a line of a file that is no profile: never shown
+                f"<a {type(key).__name__} of {len(str(key)) if isinstance(key, str) else 'some'} characters that is "
+                "not a setting name>")  # fmt: skip
+            raise ConfigError(f"unknown key {shown} in section {where!r}; valid keys: {', '.join(valid)}")
     kwargs = {}
     for f in fields(cls):
         path = f"{where}.{f.name}" if where != "<top>" else f.name
@@ -493,7 +552,7 @@ def _range_failures(obj: Any, where: str) -> list[str]:
         bad = [v for v in items if not rng.admits(v)]
         if bad:
             many = isinstance(value, tuple)
-            shown = f"{list(value)} (item {bad[0]!r})" if many else repr(value)
+            shown = f"{_show(list(value))} (item {_show(bad[0])})" if many else _show(value)
             out.append(f"{key}: {shown} is out of range, allowed {'each ' if many else ''}{rng}")
     return out
 
@@ -506,7 +565,7 @@ def _check_ranges(p: Profile) -> None:
             continue  # unused for a loaded backbone (the SDAR profiles write steps: 0 there)
         failures += _range_failures(getattr(p, section), section)
     if failures:
-        raise ConfigError(f"profile {p.name!r}: {failures[0]}")
+        raise ConfigError(f"profile {_show(p.name)}: {failures[0]}")
 
 
 def _check_values(p: Profile) -> None:
@@ -514,10 +573,11 @@ def _check_values(p: Profile) -> None:
 
     def need(cond: bool, msg: str) -> None:
         if not cond:
-            raise ConfigError(f"profile {p.name!r}: {msg}")
+            raise ConfigError(f"profile {_show(p.name)}: {msg}")
 
     need(NAME_RE.fullmatch(p.name) is not None and p.name not in (".", ".."),
-         f"name {p.name!r} must be one path component: a letter or digit, then up to 99 of [A-Za-z0-9._-]")  # fmt: skip
+         f"name {_show(p.name)} must be one path component: a letter or digit, then up to 99 of "
+         "[A-Za-z0-9._-]")  # fmt: skip
     _check_ranges(p)
     m = p.model
     if m.source == "hub":
@@ -539,8 +599,13 @@ def _check_values(p: Profile) -> None:
         need(m.num_heads % m.num_kv_heads == 0, "model.num_heads must be a multiple of model.num_kv_heads")
         need(m.head_dim % 2 == 0, f"model.head_dim ({m.head_dim}) must be even: rotary embeddings rotate its halves")
         need(p.tokenizer.kind == "tiny", "a scratch model uses tokenizer.kind 'tiny'")
+        n = _scratch_params(m)
+        need(n <= MAX_SCRATCH_PARAMS,
+             f"a scratch backbone of these model sizes has about {n:.2g} parameters, above the bound "
+             f"{MAX_SCRATCH_PARAMS:.0e} (SDAR-8B has 8e9): reduce model.hidden_size, intermediate_size, num_layers "
+             "or vocab_size")  # fmt: skip
         bad = [b for b in p.backbone_training.block_sizes if p.block_size % b]
-        need(not bad, f"backbone_training.block_sizes {bad} must divide block_size ({p.block_size}): training "
+        need(not bad, f"backbone_training.block_sizes {_show(bad)} must divide block_size ({p.block_size}): training "
                       "sequences are laid out in whole blocks of block_size")  # fmt: skip
     train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
     need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
@@ -559,7 +624,7 @@ def _check_values(p: Profile) -> None:
     )
     d = p.decoding
     need(len(d.algorithms) >= 1 and len(set(d.algorithms)) == len(d.algorithms),
-         f"decoding.algorithms must list ours and/or upstream once each, got {list(d.algorithms)}")  # fmt: skip
+         f"decoding.algorithms must list ours and/or upstream once each, got {_show(list(d.algorithms))}")  # fmt: skip
     need(d.upstream_draft_logits == "sum" or d.upstream_sum_scale == 1.0,
          f"decoding.upstream_sum_scale ({d.upstream_sum_scale}) scales only upstream_draft_logits: sum; "
          "set it to 1.0 or choose sum")  # fmt: skip
@@ -567,6 +632,14 @@ def _check_values(p: Profile) -> None:
         p.decoding.max_new_tokens % p.block_size == 0,
         "decoding.max_new_tokens must be a multiple of block_size",
     )
+
+
+def _scratch_params(m: ModelConfig) -> int:
+    """The parameter count of a scratch backbone of these sizes (embeddings and lm_head, attention, SwiGLU MLP;
+    norms left out): what _check_values bounds, before a model too big to build is allocated."""
+    vocab = m.vocab_size or 0  # null: the tiny tokenizer's ~100 ids
+    attn = 2 * m.hidden_size * m.num_heads * m.head_dim + 2 * m.hidden_size * m.num_kv_heads * m.head_dim
+    return 2 * vocab * m.hidden_size + m.num_layers * (attn + 3 * m.hidden_size * m.intermediate_size)
 
 
 def _build_profile(raw: Any, source: str) -> Profile:
@@ -608,7 +681,26 @@ def _merge(base: dict, over: dict) -> dict:
 
 # YAML 1.1 (PyYAML) reads "2e-3" as a string; accept YAML 1.2 floats so lr: 2e-3 is a float.
 class _Loader(yaml.SafeLoader):
-    pass
+    """SafeLoader with YAML 1.2 floats, no aliases and bounded nesting. An alias (`*a`) is refused where it is
+    read: a profile never needs one (`extends:` shares settings), and nested aliases ("billion laughs") expand 500
+    bytes into gigabytes. Nesting deeper than MAX_DEPTH is refused before the composer's recursion overflows."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "a YAML alias (*name) is not accepted in a profile: write the value out, or share "
+                "settings with `extends: <profile>`", self.peek_event().start_mark)  # fmt: skip
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels (a profile has 3: section, key, list)",
+                self.peek_event().start_mark)  # fmt: skip
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
@@ -619,17 +711,40 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _read_text(path: Path) -> str:
+    """The file's text: at most MAX_PROFILE_BYTES, strict UTF-8 (a BOM is dropped); else one ConfigError line
+    naming the file, the bound or the first bad byte's offset, never the bytes around it."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_PROFILE_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or type(e).__name__}); check the path and its "
+                          "permissions") from None  # fmt: skip
+    if len(data) > MAX_PROFILE_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_PROFILE_BYTES} bytes, the bound on a profile file (the shipped "
+                          "ones are under 4 kB); is it a profile?")  # fmt: skip
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x}); save the profile as "
+                          "UTF-8") from None  # fmt: skip
+
+
 def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if path in chain:
         raise ConfigError(f"circular 'extends': {' -> '.join(str(p) for p in (*chain, path))}")
-    with open(path) as fh:
-        try:
-            raw = yaml.load(fh, Loader=_Loader)
-        except yaml.YAMLError as e:  # one line: where, and what the parser expected (not its 50-line traceback)
-            mark = getattr(e, "problem_mark", None)
-            at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-            what = " ".join(str(getattr(e, "problem", None) or e).split())
-            raise ConfigError(f"{path}: not valid YAML at {at}{what}; fix the file there") from None
+    text = _read_text(path)
+    try:
+        raw = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:  # one line: where, and what the parser expected (not its 50-line traceback)
+        mark = getattr(e, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        what = " ".join(str(getattr(e, "problem", None) or e).split())
+        what = what if len(what) <= 160 else what[:160] + "..."
+        raise ConfigError(f"{path}: not valid YAML at {at}{what}; fix the file there") from None
+    except (ValueError, OverflowError, RecursionError) as e:  # a 5000-digit int, a 13th month: the constructors'
+        raise ConfigError(f"{path}: a value cannot be read ({type(e).__name__}: "
+                          f"{' '.join(str(e).split(';')[0].split())[:120]}); fix the file") from None  # fmt: skip
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {_got(raw)}")
     parent = raw.pop("extends", None)
@@ -638,24 +753,35 @@ def _read_yaml(path: Path, chain: tuple[Path, ...] = ()) -> dict:
     if not isinstance(parent, str):
         raise ConfigError(f"{path}: extends: expected a profile name, got {_got(parent)}")
     if "name" not in raw:
-        raise ConfigError(f"{path}: a profile that extends {parent!r} must set its own 'name'")
-    parent_path = _resolve(parent, relative_to=path.parent)
+        raise ConfigError(f"{path}: a profile that extends {_show(parent)} must set its own 'name'")
+    try:
+        parent_path = _resolve(parent, relative_to=path.parent)
+    except ConfigError as e:  # which file's `extends` to fix
+        raise ConfigError(f"{path}: extends: {e}") from None
     return _merge(_read_yaml(parent_path, (*chain, path)), raw)
 
 
 def _resolve(name_or_path: str, relative_to: Path | None = None) -> Path:
+    try:
+        return _resolve_path(name_or_path, relative_to)
+    except OSError as e:  # a name too long for the file system, a loop of links: not a profile either way
+        raise ConfigError(f"profile {_show(name_or_path)} cannot be opened ({e.strerror or type(e).__name__}); pass "
+                          "a shipped profile's name or the path of a YAML file") from None  # fmt: skip
+
+
+def _resolve_path(name_or_path: str, relative_to: Path | None = None) -> Path:
     p = Path(name_or_path).expanduser()
     if p.suffix in (".yaml", ".yml") or os.sep in name_or_path:
         if not p.is_absolute() and relative_to is not None and not p.exists():
             p = relative_to / p
         if not p.is_file():
-            raise ConfigError(f"profile file not found: {p}")
+            raise ConfigError(f"profile file not found: {_show(str(p)) if len(str(p)) > 200 else p}")
         return p.resolve()
     for d in ([relative_to] if relative_to is not None else []) + [configs_dir()]:
         cand = d / f"{name_or_path}.yaml"
         if cand.is_file():
             return cand.resolve()
-    raise ConfigError(f"unknown profile {name_or_path!r}; valid profiles: {', '.join(list_profiles())}")
+    raise ConfigError(f"unknown profile {_show(name_or_path)}; valid profiles: {', '.join(list_profiles())}")
 
 
 # ----------------------------------------------------------------------------- API
@@ -677,7 +803,7 @@ def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> 
     path = _resolve(str(name_or_path))
     raw = _read_yaml(path)
     if path.parent == configs_dir().resolve() and raw.get("name") != path.stem:
-        raise ConfigError(f"{path}: name {raw.get('name')!r} must equal the file name {path.stem!r}")
+        raise ConfigError(f"{path}: name {_show(raw.get('name'))} must equal the file name {path.stem!r}")
     if overrides:
         _apply_overrides(raw, overrides)
     return _given(_build_profile(raw, source=str(path)), str(name_or_path))

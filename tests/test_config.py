@@ -217,13 +217,15 @@ def test_each_numeric_setting_out_of_range_is_refused_naming_it(key, f, tp):
 @pytest.mark.parametrize(
     "override,expected",
     [
-        ({"backbone_training.steps": -5}, "backbone_training.steps: -5 is out of range, allowed >= 1"),
-        ({"mrp_training.steps": 0}, "mrp_training.steps: 0 is out of range, allowed >= 1"),
-        ({"model.hidden_size": 0}, "model.hidden_size: 0 is out of range, allowed >= 1"),
-        ({"model.num_kv_heads": 0}, "model.num_kv_heads: 0 is out of range, allowed >= 1"),  # was ZeroDivisionError
+        ({"backbone_training.steps": -5}, "backbone_training.steps: -5 is out of range, allowed in [1, 100000000]"),
+        ({"mrp_training.steps": 0}, "mrp_training.steps: 0 is out of range, allowed in [1, 100000000]"),
+        ({"model.hidden_size": 0}, "model.hidden_size: 0 is out of range, allowed in [1, 32768]"),
+        ({"model.num_kv_heads": 0},  # was ZeroDivisionError
+         "model.num_kv_heads: 0 is out of range, allowed in [1, 1024]"),
         ({"mrp_training.lr": float("nan")}, "mrp_training.lr: nan is out of range, allowed > 0"),
-        ({"backbone_training.ckpt_every": 0}, "backbone_training.ckpt_every: 0 is out of range, allowed >= 1"),
-        ({"mrp_training.ckpt_every": 0}, "mrp_training.ckpt_every: 0 is out of range, allowed >= 1"),
+        ({"backbone_training.ckpt_every": 0},
+         "backbone_training.ckpt_every: 0 is out of range, allowed in [1, 100000000]"),
+        ({"mrp_training.ckpt_every": 0}, "mrp_training.ckpt_every: 0 is out of range, allowed in [1, 100000000]"),
         ({"decoding.thresholds": [0.5, 1.0]}, "decoding.thresholds: [0.5, 1.0] (item 1.0) is out of range"),
         ({"model.head_dim": 23}, "model.head_dim (23) must be even"),
     ],
