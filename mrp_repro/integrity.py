@@ -11,6 +11,8 @@
     with integrity.atomic_file(path) as tmp: ...    # a unique temporary name beside path, renamed into place
     with integrity.atomic_dir(path) as tmp: ...     # the same for a directory (complete or absent)
     with integrity.stage_lock(d, "backbone"): ...   # fcntl.flock on d/.lock; a second holder gets StageLocked
+    integrity.remove_stale_temps(path)              # what a killed atomic_dir/atomic_file left beside path
+    integrity.file_mode(), integrity.dir_mode()     # 0o666 / 0o777 less the umask: what open() and mkdir() give
 
 Hash cache. A file's sha256 is cached in this process keyed by (device, inode, size, mtime_ns, ctime_ns): a file
 rewritten in place changes its ctime even when its size and mtime are restored (the kernel sets ctime; utime cannot
@@ -18,25 +20,35 @@ set it back), so a same-size byte flip is hashed again. Nothing is cached across
 keeps its own cache on the same key).
 
 Names that start with "." (temporary files, the lock) are never listed in a manifest and never loaded.
+
+Links. Nothing here writes through a link: atomic_file and atomic_dir create a new name (O_EXCL) and rename it onto
+the target, which replaces a symbolic or hard link at the target's name instead of writing into the file it points
+to; the lock is opened with O_NOFOLLOW and refused (LinkRefused, one line naming it) when it is a symbolic link, a
+hard link or not a regular file, since locking truncates it. Outputs get the modes open() and mkdir() would give
+under the process's umask (mkstemp's 0600 and mkdtemp's 0700 are not kept).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import glob
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mrp_repro.errors import UserError
 
-__all__ = ["MANIFEST", "IntegrityError", "StageLocked", "stat_key", "sha256", "git_blob_sha1", "listed_files",
-           "record", "problems", "seal", "read_manifest", "verify_dir", "write_sidecar", "sidecar_problem",
-           "atomic_file", "atomic_dir", "stage_lock"]  # fmt: skip
+__all__ = ["MANIFEST", "IntegrityError", "StageLocked", "LinkRefused", "stat_key", "sha256", "git_blob_sha1",
+           "listed_files", "record", "problems", "seal", "read_manifest", "verify_dir", "write_sidecar",
+           "sidecar_problem", "atomic_file", "atomic_dir", "stage_lock", "remove_stale_temps", "file_mode",
+           "dir_mode"]  # fmt: skip
 
 MANIFEST = "integrity.json"
 FORMAT = 1
@@ -50,6 +62,11 @@ class IntegrityError(UserError, ValueError):
 
 class StageLocked(UserError, RuntimeError):
     """Another process holds a stage's output directory."""
+
+
+class LinkRefused(UserError, OSError):
+    """A path the package would write or lock is a link (or not a regular file): writing it would change the file
+    it points to, outside the package's directories."""
 
 
 # ----------------------------------------------------------------------------- hashes
@@ -195,18 +212,48 @@ def sidecar_problem(path: str | os.PathLike, rows: int | None = None) -> str | N
 # ----------------------------------------------------------------------------- atomic writes
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (/proc/self/status; os.umask's set-and-restore elsewhere)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a new file gets from open(): 0o666 less the umask (mkstemp's 0600 would follow it into place)."""
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """The mode a new directory gets from mkdir(): 0o777 less the umask (mkdtemp's 0700 would follow it)."""
+    return 0o777 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """A unique temporary path beside `path` (same directory, so the rename is atomic); renamed onto `path` when the
-    block ends without an exception, removed otherwise. Two writers never share a temporary name."""
+    block ends without an exception, removed otherwise. Two writers never share a temporary name. A link at `path`
+    is replaced by the file, never written through (see the module docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would follow the file into place
+    try:
+        os.fchmod(fd, file_mode())
+    finally:
+        os.close(fd)
     try:
         yield Path(tmp)
         os.replace(tmp, path)
+    except BaseException as e:
+        _mark_writing(e, path)
+        raise
     finally:
         Path(tmp).unlink(missing_ok=True)
 
@@ -214,21 +261,53 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """A unique temporary directory beside `path`, moved onto `path` (replacing what was there) when the block ends
-    without an exception, removed otherwise: `path` is either the old directory or the complete new one."""
+    without an exception, removed otherwise: `path` is either the old directory or the complete new one. A killed
+    process leaves its `.<name>.*.tmp` beside `path`: remove_stale_temps(path), under the writer's lock, clears it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    os.chmod(tmp, dir_mode())
     try:
         yield tmp
-        if path.exists():
+        if path.exists() or path.is_symlink():
             old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
-            os.replace(path, old / "d")
+            os.replace(path, old / "d")  # a link at path moves as a link: rmtree below never follows it
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+    except BaseException as e:
+        _mark_writing(e, path)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _mark_writing(e: BaseException, path: Path) -> None:
+    """Record on `e` the output being written when it was raised (the innermost wins): a full disk's error names
+    no file (pyarrow, safetensors, torch's zip writer), and cli.disk_full names this one."""
+    if getattr(e, "_mrp_writing", None) is None:
+        with contextlib.suppress(AttributeError, TypeError):
+            e._mrp_writing = str(path)
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files and directories atomic_file / atomic_dir left beside `path` when their process
+    was killed (`.<name>.*.tmp`, `.<name>.*.old`); returns what was removed. Only safe while holding the lock of
+    everyone who writes `path` (a live writer's temporary would go too)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    gone = []
+    for f in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        if f.suffix not in (".tmp", ".old"):
+            continue
+        if f.is_dir() and not f.is_symlink():
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            f.unlink(missing_ok=True)
+        gone.append(f)
+    return gone
 
 
 # ----------------------------------------------------------------------------- locks
@@ -244,7 +323,7 @@ def stage_lock(d: str | os.PathLike, what: str) -> Iterator[None]:
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
     lock = d / ".lock"
-    key = str(lock.resolve())
+    key = str(d.resolve() / ".lock")  # the directory resolved, never the lock (a link there is refused below)
     if key in _held:
         _held[key] += 1
         try:
@@ -252,7 +331,7 @@ def stage_lock(d: str | os.PathLike, what: str) -> Iterator[None]:
         finally:
             _held[key] -= 1
         return
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(lock)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -273,3 +352,27 @@ def stage_lock(d: str | os.PathLike, what: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _open_lock(lock: Path) -> int:
+    """d/.lock opened for reading and writing, never through a link: stage_lock truncates it to write its PID, so a
+    symbolic link (O_NOFOLLOW), a hard link (st_nlink > 1) or a non-regular file there is refused (LinkRefused)
+    instead of emptying the file it points to."""
+    fix = f"remove it (rm {lock}) and rerun: the lock is an empty file the stage creates"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o666)  # fmt: skip
+    except OSError as e:
+        if e.errno == errno.ELOOP or lock.is_symlink():
+            raise LinkRefused(f"{lock} is a symbolic link (to {os.readlink(lock)}), not a lock file; {fix}") from None
+        raise
+    st = os.fstat(fd)
+    why = None
+    if not stat.S_ISREG(st.st_mode):
+        why = "is not a regular file"
+    elif st.st_nlink > 1:
+        why = f"has {st.st_nlink} hard links (another name shares its content)"
+    if why is not None:
+        os.close(fd)
+        raise LinkRefused(f"{lock} {why}, not a lock file; {fix}")
+    return fd

@@ -58,8 +58,9 @@ def notebooks(only: list[str] | None = None, opt_in: bool = False) -> list[Path]
     return nbs if opt_in else [nb for nb in nbs if nb.stem not in OPT_IN]
 
 
-def failure_message(nb: Path, out: Path, e: BaseException, seconds: float) -> str:
-    """Which notebook and which cell failed, with the error, and where the executed copy is."""
+def failure_message(nb: Path, out: Path, e: BaseException, seconds: float, profile_arg: str) -> str:
+    """Which notebook and which cell failed, with the error, where the executed copy is, and the command that reruns
+    only it (profile_arg: the --profile value as given, shell-quoted: Profile.cli_arg), runnable as printed."""
     cell = getattr(e, "exec_count", None)
     index = getattr(e, "cell_index", None)
     if index is not None:
@@ -74,7 +75,7 @@ def failure_message(nb: Path, out: Path, e: BaseException, seconds: float) -> st
     if snippet:
         msg += f"\n  cell source:\n{snippet}"
     msg += f"\n  executed copy (with the traceback): {out}"
-    msg += f"\n  rerun only this notebook: python -m mrp_repro.reproduce --profile <profile> --only {nb.name[:2]}"
+    msg += f"\n  rerun only this notebook: python -m mrp_repro.reproduce --profile {profile_arg} --only {nb.name[:2]}"
     return msg
 
 
@@ -110,7 +111,9 @@ def publish_notebook(executed: Path, dest: Path) -> Path:
                     data[mime] = clean(data[mime]) if mime == "text/plain" else "".join(data[mime]).replace(root, ".")
     dest.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
-    dest.write_text(text.replace(root, "."))  # papermill's metadata too (input_path, output_path)
+    from mrp_repro.report.tables import write_text  # renamed into place: a link at dest is replaced, not followed
+
+    write_text(dest, text.replace(root, "."))  # papermill's metadata too (input_path, output_path)
     return dest
 
 
@@ -139,7 +142,9 @@ def _stamp_commit(path: Path, profile) -> None:
     prov = provenance(profile, "cpu")
     nb = json.loads(path.read_text())
     nb.setdefault("metadata", {})["mrp_repro"] = {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"]}
-    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    from mrp_repro.report.tables import write_text
+
+    write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def heavy_stages(profile, param: str, nproc: int) -> None:
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run_notebook(nb, profile, param, args.kernel)
         except Exception as e:  # PapermillExecutionError, NoSuchKernel, ...
-            print(failure_message(nb, out, e, time.perf_counter() - t0), file=sys.stderr)
+            print(failure_message(nb, out, e, time.perf_counter() - t0, profile.cli_arg), file=sys.stderr)
             return 1
         print(f"[{nb.name}] done in {time.perf_counter() - t0:.0f}s", flush=True)
     from mrp_repro.report.tables import write_glossary

@@ -325,5 +325,5 @@ def test_reproduce_names_the_failing_cell(tmp_path):
     from mrp_repro.reproduce import failure_message
 
     e = PapermillExecutionError(3, 2, "x = 1 / 0", "ZeroDivisionError", "division by zero", [])
-    msg = failure_message(Path("05_speculative.ipynb"), tmp_path / "out.ipynb", e, 1.0)
+    msg = failure_message(Path("05_speculative.ipynb"), tmp_path / "out.ipynb", e, 1.0, "tiny")
     assert "05_speculative.ipynb" in msg and "cell 3" in msg and "ZeroDivisionError" in msg and "1 / 0" in msg

@@ -229,8 +229,12 @@ def plot_roofline(df, path_png: str | Path) -> Path:
     note = "" if peak or dev != "cpu" else f" ({CPU_NOTE})"
     fig.suptitle(f"kernels, V={v}, {df['dtype'].iloc[0] if len(df) else ''}, {dev}{note}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path_png, dpi=120)
-    fig.savefig(path_png.with_suffix(".pdf"))
+    from mrp_repro.integrity import atomic_file
+
+    with atomic_file(path_png) as tmp:  # renamed into place: a link at the path is replaced, never written through
+        fig.savefig(tmp, dpi=120, format="png")
+    with atomic_file(path_png.with_suffix(".pdf")) as tmp:
+        fig.savefig(tmp, format="pdf")
     plt.close(fig)
     return path_png
 

@@ -43,7 +43,7 @@ def backbone_report(profile, backbone=None, progress: bool = True, adjacent: boo
     table = paper.backbone_table(runs, ev.bootstrap_samples, ev.ci, profile.seed)
     d = tables.out_dir(out if out is not None else profile)
     tables.save_table(table, d, "backbone_modes")
-    runs.to_csv(d / "backbone_modes_rows.csv", index=False)
+    tables.write_csv(runs, d / "backbone_modes_rows.csv")
     if adjacent:
         probs = [p for t in benches for p in eval_problems(profile, t, 32)]
         adj = adjacent_step_similarity(bb, probs, max_distance=4, n_problems=len(probs), seed=profile.seed)
@@ -70,7 +70,7 @@ def modes_report(profile, backbone, head, benchmarks=None, n_prompts: int | None
     if out is not None:
         d = tables.out_dir(out)
         tables.save_table(table, d, "modes", digits=2, note=cost_mod.cost_note(cm) if cm else "")
-        runs.to_csv(d / "modes_rows.csv", index=False)
+        tables.write_csv(runs, d / "modes_rows.csv")
     return table
 
 

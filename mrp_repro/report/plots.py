@@ -73,11 +73,14 @@ def _yerr(df: pd.DataFrame, col: str):
 
 def save_figure(fig, profile_or_dir, name: str) -> list[Path]:
     """Write `fig` as <dir>/<name>.png and .pdf; returns both paths."""
+    from mrp_repro.integrity import atomic_file
+
     d = out_dir(profile_or_dir)
     paths = []
     for ext in ("png", "pdf"):
         p = d / f"{name}.{ext}"
-        fig.savefig(p, format=ext)
+        with atomic_file(p) as tmp:  # renamed into place: a link at p is replaced, never written through
+            fig.savefig(tmp, format=ext)
         paths.append(p)
     return paths
 

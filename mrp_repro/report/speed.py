@@ -297,12 +297,12 @@ def main(argv=None) -> None:
     print(text)
     if a.out:
         from mrp_repro.measure.schema import require_defined
-        from mrp_repro.report.tables import write_glossary
+        from mrp_repro.report.tables import write_csv, write_glossary, write_text
 
         for name, t in {"csv": df, **parts}.items():  # every column defined, as tables.save_table requires
             require_defined(t.columns, f"{a.name} ({name})")
         a.out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(a.out / f"{a.name}.csv", index=False)
+        write_csv(df, a.out / f"{a.name}.csv")
         note = (
             f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s)"
             f"{', compiled' if a.compile else ''}{'; profile overrides ' + a.set if a.set else ''}. "
@@ -312,7 +312,7 @@ def main(argv=None) -> None:
             + "); ceiling_speedup: the same costs at the oracle's TPF. step_forwards: the head step with lm_head "
             "and the draft pick (draft_pick) over one forward, so above head_cost, which excludes the pick."
         )
-        (a.out / f"{a.name}.md").write_text(text + f"\n{note}\n")
+        write_text(a.out / f"{a.name}.md", text + f"\n{note}\n")
         write_glossary(a.out)
     if not math.isfinite(hb["step_forwards"]):
         sys.exit("speed: head timing failed")

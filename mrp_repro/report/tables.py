@@ -10,6 +10,11 @@ in one cell (percent and speedups as the summary holds them: nothing is rescaled
 the numbers as they are. Every column must have a glossary entry (mrp_repro.measure.schema.define): save_table
 refuses a table with an undefined column, and rewrites <dir>/COLUMNS.md, the definitions of every column of
 every table in the directory (its CSV headers and Markdown table headers).
+
+Every file here (and every figure and report written beside them: plots.save_figure, verdicts.write_report, the
+notebooks' copies) is written by `write_text` / `write_csv`: a temporary name renamed into place
+(integrity.atomic_file), so a symbolic or hard link at figures/<profile>/<name> is replaced, never written through
+to the file it points to, and a killed write leaves the old file whole.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ if TYPE_CHECKING:
     from mrp_repro.config import Profile
 
 __all__ = ["out_dir", "format_table", "markdown", "latex", "save_table", "table_columns", "write_glossary",
-           "glossary_markdown", "GLOSSARY"]
+           "glossary_markdown", "write_text", "write_csv", "GLOSSARY"]
 
 #: the glossary file written beside the tables
 GLOSSARY = "COLUMNS.md"
@@ -46,6 +51,27 @@ def out_dir(profile_or_dir: Profile | str | os.PathLike) -> Path:
         d = Path(profile_or_dir)
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` through a temporary name renamed into place: a link at `path` is replaced, not
+    followed (a figures/ symlink to a file elsewhere leaves that file as it was)."""
+    from mrp_repro.integrity import atomic_file
+
+    path = Path(path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
+    return path
+
+
+def write_csv(df: pd.DataFrame, path: str | os.PathLike, **kwargs) -> Path:
+    """df.to_csv(path, index=False, **kwargs) the same way as write_text (renamed into place, links replaced)."""
+    from mrp_repro.integrity import atomic_file
+
+    path = Path(path)
+    with atomic_file(path) as tmp:
+        df.to_csv(tmp, **{"index": False, **kwargs})
+    return path
 
 
 def _fmt(x, digits: int) -> str:
@@ -116,9 +142,9 @@ def save_table(df: pd.DataFrame, directory, name: str, digits: int = 1, note: st
     d = out_dir(directory)
     shown = format_table(df, digits)
     paths = [d / f"{name}.md", d / f"{name}.tex", d / f"{name}.csv"]
-    paths[0].write_text(markdown(shown) + (f"\n{note}\n" if note else ""))
-    paths[1].write_text(latex(shown))
-    df.to_csv(paths[2], index=False)
+    write_text(paths[0], markdown(shown) + (f"\n{note}\n" if note else ""))
+    write_text(paths[1], latex(shown))
+    write_csv(df, paths[2])
     write_glossary(d)
     return paths
 
@@ -157,8 +183,7 @@ def write_glossary(directory) -> tuple[Path, list[str]]:
     """Write <dir>/COLUMNS.md (glossary_markdown); returns its path and the columns without a definition."""
     d = Path(directory)
     text, undefined = glossary_markdown(d)
-    path = d / GLOSSARY
-    path.write_text(text)
+    path = write_text(d / GLOSSARY, text)
     return path, undefined
 
 

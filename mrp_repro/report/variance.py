@@ -398,7 +398,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             f"backbone seeds {bs}. CIs: bootstrap over prompts of the published run; std over seeds. Columns: "
             "docs/ablations.md.")
     tables.save_table(table, figs, "variance", digits=4, note=note)
-    per_seed.to_csv(figs / "variance_seeds.csv", index=False)
+    tables.write_csv(per_seed, figs / "variance_seeds.csv")
     across = claims_across_seeds(reports, P.seed)
     tables.save_table(across, figs, "variance_claims", note=(
         f"Each claim's verdict on every seed (the same checks as claims.md, on that seed's decodes: {n} prompts per "
