@@ -10,11 +10,14 @@
 GRIDS: backbone_runs (01: static + dynamic(tau), no head), speculative_runs (05: static + speculative at batch 1,
 LATENCY_PROMPTS per benchmark), modes_runs (05-07: every mode at the decoding batch size); the last two hold every
 algorithm of decoding.algorithms (ours, upstream: measure.runs.settings_for), labelled in the column `algorithm`.
-controls_runs (07, read by 09's claims): the no-MRP controls that modes_runs lacks (decoding.controls), at the
-decoding batch size on modes_runs' prompts: static(1) (the reference every grid starts with), the random veto at
-every remasking τ of the paper's range (CONTROL_TAUS) and direct(K, untrained) at the paper's direct steps. The
-other controls are modes_runs' own rows: speculative(K, naive) and (oracle) beside speculative(K, mrp), naive_mtp(K)
-beside direct(K) (= direct(K) with a zero head), dynamic(τ) beside remask(τ).
+controls_runs (06-07, read by 09's claims): the no-MRP controls that modes_runs lacks (decoding.controls), at the
+decoding batch size on modes_runs' prompts: static(1) (the reference every grid starts with), dynamic(τ) at every τ
+of decoding.frontier_thresholds that modes_runs does not decode (the dense dynamic frontier, the control of record of
+direct mode and remasking: report.pareto.frontier_runs joins the two grids' frontier rows), the random veto and the
+head-free confidence veto (both matched to remask(τ, tau) per state and in total) at every remasking τ, and
+direct(K, untrained) at the paper's direct steps. The other controls are modes_runs' own rows: speculative(K, naive)
+and (oracle) beside speculative(K, mrp), naive_mtp(K) beside direct(K) (= direct(K) with a zero head), dynamic(τ)
+beside remask(τ).
 Each is stored as report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame
 of another spec (a notebook parameter changed) is recollected. A grid that another holds in full (COVERED_BY: the
 same prompts and batch size, a subset of its settings) is that grid's rows, not decoded twice. In a plain process
@@ -44,8 +47,9 @@ LATENCY_PROMPTS = 64
 
 GRIDS = ("backbone_runs", "speculative_runs", "modes_runs", "controls_runs")
 
-#: controls_runs: the random veto's τ (the paper's remasking range, SDAR-8B: 0.5-0.9, as the profile runs them) and
-#: the untrained head's direct steps (the paper's direct table); their seed is the profile's
+#: controls_runs: the paper's remasking range (SDAR-8B: 0.5-0.9); the vetoes run at every remasking τ the profile
+#: decodes (measure.runs' remask τ: the range and its extensions below it), and the untrained head at the paper's
+#: direct steps (its direct table); the random veto's seed is the profile's
 CONTROL_TAUS = (0.5, 0.9)
 CONTROL_STEPS = (1, 2)
 
@@ -72,15 +76,19 @@ def grid_spec(profile, head, name: str, n_prompts: int | None = None) -> dict:
 
 def control_settings(profile, head) -> list:
     """controls_runs' settings (the module docstring): none without a head (every control is of an MRP mode)."""
-    from mrp_repro.decoding import Static
-    from mrp_repro.decoding.controls import RandomVeto, UntrainedDirect, untrained_head
+    from mrp_repro.decoding import Dynamic, Static
+    from mrp_repro.decoding.controls import ConfidenceVeto, RandomVeto, UntrainedDirect, untrained_head
 
     if head is None:
         return [("static", Static(1))]
-    taus = sorted({0.5, 0.3, *profile.decoding.thresholds}, reverse=True)  # measure.runs' remasking τ
-    lo, hi = min(CONTROL_TAUS), max(CONTROL_TAUS)
+    d = profile.decoding
+    taus = sorted({0.5, 0.3, *d.thresholds}, reverse=True)  # measure.runs' remasking τ (and modes_runs' dynamic τ)
     out = [("static", Static(1))]
-    out += [("remask", RandomVeto(t, head=head, seed=profile.seed)) for t in taus if lo - 1e-9 <= t <= hi + 1e-9]
+    have = {round(t, 6) for t in taus}
+    out += [("dynamic", Dynamic(t)) for t in sorted(set(d.frontier_thresholds), reverse=True)
+            if round(t, 6) not in have]  # fmt: skip
+    out += [("remask", RandomVeto(t, head=head, seed=profile.seed)) for t in taus]
+    out += [("remask", ConfidenceVeto(t, head=head)) for t in taus]
     u = untrained_head(head, seed=profile.seed)
     out += [("direct", UntrainedDirect(s, head=u)) for s in CONTROL_STEPS]
     return out

@@ -18,7 +18,15 @@ plain dynamic decoding at a higher τ *at the same speed*. The rule, declared he
   replicate resamples prompts (the same ones for every setting) and recomputes every setting's accuracy and
   speed, the frontier and the margin.
 - at_equal_speed: ``beats`` when margin_lo > 0, ``worse`` when margin_hi < 0, ``tie`` when the CI holds 0, ``beyond``
-  when the setting is faster than every dynamic setting.
+  when the setting is faster than every dynamic setting, ``gap`` when the frontier segment it is compared on spans
+  more than `max_gap` accuracy points (issue 35: the frontier is the control of record, and a straight line across
+  a cliff between two sampled τ is a guess, not a control): frontier_gap is that span (0 at or below the slowest
+  Pareto point, where the frontier is a point's own accuracy) and frontier_segment names its two ends; the remedy is
+  more τ there (decoding.frontier_thresholds), never a verdict.
+
+The frontier is sampled densely (issue 35): the modes grid's dynamic(τ) at decoding.thresholds, and the controls
+grid's at decoding.frontier_thresholds (every 0.05 by default): `frontier_runs` joins them (the frontier rows of the
+second grid that the first lacks, their wall clock scaled to the first grid's static(1)).
 
 Two speed axes (AXES): ``tpf`` (tokens per denoising forward, pooled over prompts) and ``wall_speedup`` (tokens/s over
 static(1)'s on the same prompts, wall clock of the runs frame: its batch size, in one process). Given the run's
@@ -38,8 +46,8 @@ import pandas as pd
 from mrp_repro.measure.schema import require
 from mrp_repro.report.claims_controls import weighted_denoise_forwards
 
-__all__ = ["AXES", "WEIGHTED", "AXIS_LABELS", "MATCHED_COLUMNS", "matched_speed_table", "frontier", "pareto_points",
-           "verdict_counts", "plot_matched_speed"]  # fmt: skip
+__all__ = ["AXES", "WEIGHTED", "AXIS_LABELS", "MATCHED_COLUMNS", "FRONTIER_MAX_GAP", "GAP", "matched_speed_table",
+           "frontier", "frontier_gap", "frontier_runs", "pareto_points", "verdict_counts", "plot_matched_speed"]  # fmt: skip
 
 #: speed axes: column value -> what it is
 AXES = {"tpf": "tokens per denoising forward", "wall_speedup": "wall-clock tokens/s over static(1)"}
@@ -53,20 +61,19 @@ COMPARED = ("remask", "direct")
 FRONTIER = ("static", "dynamic")
 MATCHED_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "axis", "n",
                    "speed", "accuracy", "dynamic_accuracy", "margin", "margin_lo", "margin_hi",
-                   "at_equal_speed"]  # fmt: skip
+                   "at_equal_speed", "frontier_gap", "frontier_segment"]  # fmt: skip
+#: the widest frontier segment (accuracy points between its two Pareto points) a comparison may be read on
+#: (DecodingConfig.frontier_max_gap's default)
+FRONTIER_MAX_GAP = 10.0
+#: at_equal_speed of a comparison refused for a frontier segment wider than max_gap
+GAP = "gap"
 _NEEDS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct",
           "tokens", "denoise_forwards", "wall_s"]  # fmt: skip
 
 
 def pareto_points(speed: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The points (speed, acc) that no other point beats on both, sorted by speed ascending (acc descending)."""
-    order = np.lexsort((-acc, -speed))  # fastest first; at equal speed the more accurate first
-    keep, best = [], -np.inf
-    for i in order:
-        if acc[i] > best:
-            keep.append(i)
-            best = acc[i]
-    keep = keep[::-1]
+    keep = _pareto_order(speed, acc)  # fastest first, at equal speed the more accurate first; then reversed
     return speed[keep], acc[keep]
 
 
@@ -77,6 +84,56 @@ def frontier(x, speed: np.ndarray, acc: np.ndarray) -> np.ndarray:
     out = np.interp(x, ps, pa)  # flat (the slowest point's accuracy) below ps[0]
     out[x > ps[-1] * (1 + 1e-12)] = np.nan
     return out
+
+
+def frontier_gap(x, speed: np.ndarray, acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(span, lower end index) per speed x: the accuracy span in points of the Pareto segment frontier(x) is read on
+    (0 at or below the slowest Pareto point and on a point itself; NaN beyond the fastest), and the index into
+    pareto_points' order of the segment's slower end (-1 where none)."""
+    ps, pa = pareto_points(np.asarray(speed, float), np.asarray(acc, float))
+    x = np.atleast_1d(np.asarray(x, float))
+    span = np.zeros(len(x))
+    lo = np.full(len(x), -1)
+    for i, v in enumerate(x):
+        if v > ps[-1] * (1 + 1e-12):
+            span[i] = math.nan
+            continue
+        if v <= ps[0] or np.isclose(ps, v, rtol=1e-12, atol=0).any():
+            continue
+        j = int(np.searchsorted(ps, v)) - 1  # ps[j] < v < ps[j + 1]
+        span[i], lo[i] = abs(pa[j] - pa[j + 1]), j
+    return span, lo
+
+
+def frontier_runs(runs: pd.DataFrame, *more: pd.DataFrame | None) -> pd.DataFrame:
+    """`runs` with the frontier rows (static, dynamic) of `more` (the controls grid's dense dynamic τ) whose setting
+    it lacks, per model, benchmark and algorithm, on the same problems at the same batch size. Their wall_s is
+    scaled by runs' static(1) wall time over theirs (summed over the problems): each grid's wall clock against its
+    own static, so the wall_speedup axis compares like with like. A frame in `more` without static(1) rows of its
+    own adds nothing (its wall clock has no reference)."""
+    out = [runs]
+    for extra in more:
+        if extra is None or extra.empty:
+            continue
+        need = ["model", "benchmark", "algorithm", "mode", "setting", "problem_id", "wall_s", "batch_size"]
+        require(extra, need, "frontier_runs")
+        front = extra[extra["mode"].isin(FRONTIER)]
+        for (model, bench, algo), g in front.groupby(["model", "benchmark", "algorithm"], sort=False):
+            have = runs[(runs["model"] == model) & (runs["benchmark"] == bench) & (runs["algorithm"] == algo)]
+            if have.empty:
+                continue
+            if set(g["batch_size"]) != set(have["batch_size"]):
+                raise ValueError(f"frontier_runs: {model}/{bench} frontier rows at batch sizes "
+                                 f"{sorted(set(g['batch_size']))} beside {sorted(set(have['batch_size']))}")
+            new = g[~g["setting"].isin(set(have["setting"]))]
+            s_have, s_new = (x[x["mode"] == "static"] for x in (have, g))
+            if new.empty or s_have.empty or s_new.empty:
+                continue
+            ids = sorted(set(s_have["problem_id"]) & set(s_new["problem_id"]))
+            scale = (s_have.set_index("problem_id").loc[ids, "wall_s"].sum()
+                     / s_new.set_index("problem_id").loc[ids, "wall_s"].sum())  # fmt: skip
+            out.append(new[new["mode"] == "dynamic"].assign(wall_s=lambda d: d["wall_s"] * scale))
+    return pd.concat(out, ignore_index=True) if len(out) > 1 else runs
 
 
 def _stack(g: pd.DataFrame, settings: list[str], ids: np.ndarray, col: str) -> np.ndarray:
@@ -97,12 +154,14 @@ def _speeds(tok, den, wall, static_idx: int, idx, wden=None) -> dict[str, np.nda
 
 
 def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed: int = 0,
-                        head_cost: float | None = None) -> pd.DataFrame:  # fmt: skip
+                        head_cost: float | None = None, max_gap: float | None = FRONTIER_MAX_GAP) -> pd.DataFrame:
     """MATCHED_COLUMNS, one row per setting and axis, per model x benchmark (the module docstring's rule).
 
     head_cost: one MRP head call in backbone forwards at the runs' batch size (measure.cost.run_cost_model's
     head_cost); given and finite, the rows of axis weighted_tpf too (the runs then need mrp_forwards). None or NaN
-    (no cost model): no such rows, rather than charging head calls nothing and calling that weighted."""
+    (no cost model): no such rows, rather than charging head calls nothing and calling that weighted.
+    max_gap: a comparison on a frontier segment wider than this (accuracy points) reads GAP (None: never refused;
+    frontier_gap is filled either way)."""
     what = "matched_speed_table"
     weighted = head_cost is not None and math.isfinite(head_cost)
     require(runs, _NEEDS + (["mrp_forwards"] if weighted else []), what)
@@ -140,6 +199,8 @@ def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95
             margins = np.full((len(comp), sp.shape[1]), np.nan)
             for r in range(sp.shape[1]):
                 margins[:, r] = acc_all[nb:, r] - frontier(sp[nb:, r], sp[:nb, r], acc_all[:nb, r])
+            span, lo_end = frontier_gap(sp[nb:, 0], sp[:nb, 0], acc_all[:nb, 0])  # the point estimate's segment
+            kept = _pareto_order(sp[:nb, 0], acc_all[:nb, 0])  # settings index of each Pareto point, by speed
             for i, s in enumerate(settings):
                 m = meta.loc[s]
                 row = {"model": model, "benchmark": bench, "algorithm": algo, "mode": m["mode"], "setting": s,
@@ -147,16 +208,32 @@ def matched_speed_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95
                        "speed": sp[i, 0], "accuracy": acc_all[i, 0]}  # fmt: skip
                 if i < nb:
                     row.update(dynamic_accuracy=math.nan, margin=math.nan, margin_lo=math.nan, margin_hi=math.nan,
-                               at_equal_speed="")  # fmt: skip
+                               at_equal_speed="", frontier_gap=math.nan, frontier_segment="")  # fmt: skip
                 else:
                     mg = margins[i - nb]
                     lo, hi = _ci(mg[1:], ci) if n_boot > 0 else (mg[0], mg[0])
+                    gap, j = float(span[i - nb]), int(lo_end[i - nb])
+                    seg = f"{settings[kept[j]]} – {settings[kept[j + 1]]}" if j >= 0 else ""
+                    v = _verdict(mg[0], lo, hi)
+                    if max_gap is not None and v != "beyond" and gap > max_gap:
+                        v = GAP
                     row.update(dynamic_accuracy=acc_all[i, 0] - mg[0], margin=mg[0], margin_lo=lo, margin_hi=hi,
-                               at_equal_speed=_verdict(mg[0], lo, hi))  # fmt: skip
+                               at_equal_speed=v, frontier_gap=gap, frontier_segment=seg)  # fmt: skip
                 rows.append(row)
     out = pd.DataFrame(rows, columns=MATCHED_COLUMNS)
     keys = ["model", "benchmark", "algorithm", "axis", "mode", "rule", "threshold", "K"]
     return out.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def _pareto_order(speed: np.ndarray, acc: np.ndarray) -> list[int]:
+    """The indices of pareto_points' points in `speed`, in its order (slowest first)."""
+    order = np.lexsort((-acc, -speed))  # fastest first; at equal speed the more accurate first
+    keep, best = [], -np.inf
+    for i in order:
+        if acc[i] > best:
+            keep.append(int(i))
+            best = acc[i]
+    return keep[::-1]
 
 
 def _ci(x: np.ndarray, ci: float) -> tuple[float, float]:
@@ -179,7 +256,7 @@ def _verdict(point: float, lo: float, hi: float) -> str:
 
 
 def verdict_counts(table: pd.DataFrame) -> pd.DataFrame:
-    """Settings per (model, benchmark, axis, mode, rule) by at_equal_speed (beats / tie / worse / beyond)."""
+    """Settings per (model, benchmark, axis, mode, rule) by at_equal_speed (beats / tie / worse / beyond / gap)."""
     t = table[table["mode"].isin(COMPARED)]
     keys = ["model", "benchmark", "axis", "mode", "rule"]
     return t.groupby(keys, dropna=False)["at_equal_speed"].value_counts().unstack(fill_value=0).reset_index()
