@@ -327,6 +327,10 @@ TABLE_COLUMNS: dict[str, str] = {
     "the frontier recomputed in each replicate",
     "at_equal_speed": "matched speed verdict: beats (margin CI above 0), worse (below 0), tie (holds 0), beyond "
     "(faster than every dynamic setting)",
+    "frontier_gap": "matched speed: accuracy points between the two Pareto points of the frontier segment the "
+    "setting is compared on (0 on a point or at or below the slowest; blank beyond the fastest and on frontier rows); "
+    "above decoding.frontier_max_gap, at_equal_speed reads gap: not compared (report.pareto.GAP)",
+    "frontier_segment": "matched speed: the two frontier settings whose segment the setting is compared on",
     # ---- kernels
     "op": "the kernel's operation: confidence, residual_confidence, residual_kl_fwd, residual_kl_fwd_bwd",
     "vocab": "vocabulary size V of the [N, V] logits",
@@ -392,6 +396,17 @@ TABLE_COLUMNS: dict[str, str] = {
     "(report.claims_controls); blank for claims without MRP in them",
     "control_verdict": "claims: holds (MRP beats its no-MRP control: CI clear of the null), not shown, does not hold "
     "(the control is better), not measured; blank: no control",
+    "other_control": "claims: the no-MRP controls beside the control of record (MTP without a head for direct mode, "
+    "the head-free vetoes for remasking), MRP minus each with its paired CI; beating them alone never makes a verdict "
+    "hold, failing one makes a holding verdict not shown (report.claims_controls)",
+    "other_control_verdict": "claims: other_control's verdict, as control_verdict's",
+    "control_across_seeds": "claims: the weakest control_verdict over every seed run (report.variance), with the seeds; "
+    "blank: not judged across seeds",
+    "other_control_across_seeds": "claims: the weakest other_control_verdict over every seed run, with the seeds",
+    "seed_control_verdicts": "the control-of-record verdict on each seed run of the row, `seed: verdict`",
+    "seed_other_control_verdicts": "the other controls' verdict on each seed run of the row, `seed: verdict`",
+    "published_head_rule": "variance: the declared rule that chooses the published head among the head seeds, "
+    "before any decoding",
     "declared": "claims: the claim's statistic, null and control in one line, fixed in report/claims.py before the "
     "numbers (version control)",
     "stat": "claims: the statistic the row's check computed, in the words of its `declared` text",

@@ -298,7 +298,8 @@ def _direct_tradeoff(tables, ctx) -> list[Outcome]:
                "change"}[v]  # fmt: skip
         o = Outcome(bench, "; ".join(parts), "; ".join(paper_parts), v, why, False,
                     "speedup over static(1) and paired accuracy change", f"-{DIRECT_MAX_DROP:g} points")
-        out.append(cc.gate(o, cc.direct(tables, ctx, bench, DIRECT_STEPS), ctx))
+        out.append(cc.gate(o, cc.frontier(tables, ctx, bench, cc.direct_steps(DIRECT_STEPS), "direct(1), direct(2)"),
+                           ctx, cc.direct(tables, ctx, bench, DIRECT_STEPS)))  # fmt: skip
     return out
 
 
@@ -398,15 +399,21 @@ def _mrp_graceful(tables, ctx) -> list[Outcome]:
         paper_s = f"{GRACEFUL_MODEL} GSM8K: " + ", ".join(f"K={k} {p[k] - p[1]:+.1f}" for k in ks if k in p.index)
         o = Outcome(bench, "direct(K) − static(1): " + "; ".join(parts) + " pts", paper_s, v, why, False,
                     "paired accuracy change direct(K) − static(1)", "the paper's change minus the tolerance")
-        out.append(cc.gate(o, cc.lookahead({k: v for k, v in _lookahead_pairs(tables, bench, ctx.n_boot, ctx.ci).items()
-                                            if k >= 2}), ctx))  # fmt: skip
+        naive = cc.lookahead({k: v for k, v in _lookahead_pairs(tables, bench, ctx.n_boot, ctx.ci).items() if k >= 2})
+        record = cc.frontier(tables, ctx, bench, cc.direct_steps(ks), f"direct(K), K = {', '.join(map(str, ks))}")
+        out.append(cc.gate(o, record, ctx, naive))
     return out
 
 
 _CI_RULE = "holds: CI above the null; does not hold: CI below it; not shown: the CI holds it"
 
 _CONTROL_GATE = ("where the run decoded the controls, a holding verdict reads not shown unless MRP beats its control "
-                 "(report.claims_controls)")
+                 "of record (report.claims_controls)")
+#: the control of record of direct mode and remasking, in the declared texts (report.claims_controls.frontier)
+_FRONTIER = ("the dynamic frontier (static(1) and dynamic(τ) at decoding.thresholds and the dense "
+             "decoding.frontier_thresholds, Pareto points joined) at the MRP setting's TPF and at its weighted TPF (head "
+             "calls charged at the measured head_cost), margin paired bootstrap CI, null 0, never read across a frontier "
+             "segment wider than decoding.frontier_max_gap points")
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("adjacent-similar", "Logits of a block at adjacent denoising steps are very similar.",
@@ -464,8 +471,9 @@ CLAIMS: tuple[Claim, ...] = (
           f"CI on the wrong side or step 2 not faster; not shown: a CI holds its null; {_CONTROL_GATE}", "direct",
           _direct_tradeoff,
           declared=f"statistic: speedup over static(1) and paired accuracy change of direct(1), direct(2); null: "
-          f"speedup 1 and -{DIRECT_MAX_DROP:g} points; control: naive_mtp(K) (the zero head) and direct(K, untrained) "
-          "at K = 1, 2, paired accuracy difference MRP − control, null 0"),
+          f"speedup 1 and -{DIRECT_MAX_DROP:g} points; control of record: {_FRONTIER} (direct(1) and direct(2) must "
+          "both beat it on both axes); beside it, vs MTP without a head: naive_mtp(K) (the zero head) and direct(K, "
+          "untrained) at K = 1, 2, paired accuracy difference MRP − control, null 0"),
     Claim("naive-mtp-collapses", "Naive multi-token prediction collapses as lookahead K grows.", "lookahead table",
           "paired per-prompt difference naive MTP(largest K) − half of static(1) (CI), modes grid",
           "0 (naive MTP at the largest K keeps half of static(1)'s accuracy)",
@@ -481,7 +489,8 @@ CLAIMS: tuple[Claim, ...] = (
           "lookahead", _mrp_graceful,
           declared=f"statistic: paired accuracy change direct(K) − static(1), K >= 2; null: the paper's change minus "
           f"the tolerance (the paper's MRP from its K = 1, {GRACEFUL_MODEL} GSM8K: −3.7, −17.7, −31.4 at K = 2, 3, 4, "
-          f"minus {GAIN_TOLERANCE:g}; its table has no static row); control: naive_mtp(K), paired MRP − naive, null 0"),
+          f"minus {GAIN_TOLERANCE:g}; its table has no static row); control of record: {_FRONTIER} (direct(K) at every "
+          "K >= 2); beside it, vs MTP without a head: naive_mtp(K), paired MRP − naive, null 0"),
     Claim("remask-recovers", "Remasking recovers most of the accuracy lost at low confidence thresholds.",
           "abstract; remasking table", f"recovery share (remask(τ) − dynamic(τ)) / (static(1) − dynamic(τ)) "
           f"({_REMASK_FAMILY}) at the paper's lowest τ, per benchmark, paired bootstrap CI over prompts; τ below the "
@@ -489,8 +498,10 @@ CLAIMS: tuple[Claim, ...] = (
           "gain at the same τ and benchmark (remasking.csv)", "–", f"{_CI_RULE}; {_CONTROL_GATE}", "remasking",
           cr.recovers,
           declared=f"statistic: recovery share (remask − dynamic) / (static − dynamic) at τ = 0.5, paired bootstrap "
-          f"CI; null: {cr.RECOVERS_MOST}; control: random_veto(τ) (as many reveals revoked, at random), paired "
-          "accuracy remask − random veto, null 0; τ = 0.3 an extension, never in the paper's claim"),
+          f"CI; null: {cr.RECOVERS_MOST}; control of record: {_FRONTIER} (remask(τ, tau)); beside it, the head-free "
+          "vetoes random_veto(τ) and confidence_veto(τ) (as many reveals revoked per state and in total, at random or "
+          "the least confident), paired accuracy remask − veto, null 0; τ = 0.3 an extension, never in the paper's "
+          "claim"),
     Claim("remask-max-gain", "Remasking gains up to +22.6 points (HumanEval, SDAR-8B) and +17.7 (GSM8K, SDAR-4B).",
           "abstract; remasking table",
           f"the largest paired gain over the paper's τ range ({_REMASK_FAMILY}), per benchmark, its CI Bonferroni-"
@@ -498,14 +509,16 @@ CLAIMS: tuple[Claim, ...] = (
           "(remasking.csv)", f"comparable profiles: gain >= the paper's − {GAIN_TOLERANCE:g} points",
           f"{_CI_RULE}; sized; {_CONTROL_GATE}", "remasking", cr.max_gain,
           declared="statistic: largest paired gain remask(τ) − dynamic(τ) over the paper's τ, Bonferroni CI over the "
-          "τ compared; null: 0; control: random_veto at that τ, paired, null 0"),
+          f"τ compared; null: 0; control of record: {_FRONTIER} (remask at that τ); beside it, the head-free vetoes at "
+          "that τ, paired, null 0"),
     Claim("remask-gain-shrinks", "The lower the threshold, the more remasking helps.", "remasking table",
           "paired difference gain(lowest τ) − gain(highest τ) over the τ run within the paper's range (tiny: 0.5 "
           "and 0.9), rule tau, per benchmark; a τ below the paper's range vs the highest in extension rows", "0",
           "the declared model's gains at those τ (remasking.csv)", "–", f"{_CI_RULE}; {_CONTROL_GATE}", "remasking",
           cr.shrinks,
-          declared="statistic: gain(lowest τ) − gain(highest τ), paired over prompts; null: 0; control: random_veto "
-          "at the lowest τ, paired, null 0; τ = 0.3 an extension"),
+          declared="statistic: gain(lowest τ) − gain(highest τ), paired over prompts; null: 0; control of record: "
+          f"{_FRONTIER} (remask at the lowest τ); beside it, the head-free vetoes at the lowest τ, paired, null 0; "
+          "τ = 0.3 an extension"),
     Claim("remask-equal-speed", "(Not a paper claim.) Remasking beats plain dynamic decoding at equal speed.",
           "issue 23: matched-speed comparison", "accuracy margin of remask(τ, tau) at the paper's τ = 0.5 over the "
           "dynamic frontier (static + dynamic(τ), Pareto points joined) at the same TPF, the same TPF with head "
@@ -513,14 +526,32 @@ CLAIMS: tuple[Claim, ...] = (
           "no best-of over τ (report.claims_remask)", "0", "none (the paper compares at equal τ only)", "–",
           f"{_CI_RULE}; {_CONTROL_GATE}", "matched_speed", cr.equal_speed("remask"), group="package",
           declared="statistic: margin over the dynamic frontier of remask(0.5, tau), per axis (tpf, weighted_tpf, "
-          "wall_speedup), paired bootstrap CI; null: 0; control: random_veto(0.5), as remask-recovers"),
+          "wall_speedup), paired bootstrap CI, the dense frontier (decoding.frontier_thresholds), never read across a "
+          "segment wider than decoding.frontier_max_gap points; null: 0; control of record: the frontier (the "
+          "statistic itself); beside it, the head-free vetoes at 0.5, as remask-recovers"),
     Claim("direct-equal-speed", "(Not a paper claim.) Direct mode beats plain dynamic decoding at equal speed.",
           "issue 23: matched-speed comparison", f"accuracy margin of direct(K in {DIRECT_STEPS}) over the dynamic "
           "frontier at the same TPF, weighted_tpf and wall-clock speedup; the better step, its CI Bonferroni-corrected "
           "over the steps", "0", "none", "–", f"{_CI_RULE} (the better step's margin, Bonferroni CI); {_CONTROL_GATE}",
           "matched_speed", cr.equal_speed("direct", DIRECT_STEPS), group="package",
           declared="statistic: margin over the dynamic frontier of the better of direct(1), direct(2), Bonferroni CI "
-          "over the two, per axis; null: 0; control: naive_mtp(K) and direct(K, untrained), as direct-tradeoff"),
+          "over the two, per axis, the dense frontier, never read across a segment wider than "
+          "decoding.frontier_max_gap points; null: 0; control of record: the frontier (the statistic itself); beside "
+          "it, vs MTP without a head: naive_mtp(K) and direct(K, untrained), as direct-tradeoff"),
+    Claim("remask-own-rules", "(Not a paper claim.) The package's own remask rules (loo, sequential, logp-delta) beat "
+          "plain dynamic decoding at equal speed.", "the package's rules (decoding.mrp_modes.REMASK_RULES; issue 35)",
+          "accuracy margin over the dense dynamic frontier of the best (rule, τ) of the package's rules "
+          f"({', '.join(cr.PACKAGE_RULES)}) at every remasking τ, per benchmark, at equal TPF and equal weighted_tpf "
+          "(head calls charged at their measured cost); paired bootstrap CI Bonferroni-corrected over every rule, τ "
+          "and benchmark compared; comparisons on a frontier segment wider than decoding.frontier_max_gap points are "
+          "left out (report.claims_remask.own_rules)", "0", "none (the paper has no such rules)", "–",
+          f"{_CI_RULE} (the best (rule, τ)'s margin, Bonferroni CI)", "matched_speed", cr.own_rules, group="package",
+          declared="statistic: margin over the dynamic frontier of the best (rule, τ) of the package's rules loo, "
+          "sequential and logp-delta, per benchmark and axis (tpf, weighted_tpf), Bonferroni CI over rules × τ × "
+          "benchmarks, never read across a frontier segment wider than decoding.frontier_max_gap points; null: 0; "
+          "control of record: the frontier (the statistic itself); no head-free veto is decoded for these rules, so a "
+          "holding verdict says the rule beats dynamic decoding at equal speed, not that its head's choice beats a "
+          "head-free one"),
 )  # fmt: skip
 
 
@@ -571,12 +602,15 @@ def _declared_model(tables: dict[str, pd.DataFrame]) -> str:
 
 
 def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_model: str | None = None,
-                 n_boot: int = 1000, ci: float = 0.95) -> pd.DataFrame:  # fmt: skip
-    """One row per claim and scope: id, scope, claim, paper, ours, verdict, reason, extension, and the claim's
-    declared test (statistic, null, paper_number, tolerance, verdict_rule, table, source). paper_model: the profile's
-    declared paper.model (default: the tables' own paper_model column)."""
+                 n_boot: int = 1000, ci: float = 0.95, frontier_max_gap: float = pareto.FRONTIER_MAX_GAP,
+                 ) -> pd.DataFrame:  # fmt: skip
+    """One row per claim and scope: id, scope, claim, paper, ours, verdict, reason, extension, the controls (of record
+    and the others), and the claim's declared test (statistic, null, paper_number, tolerance, verdict_rule, table,
+    source). paper_model: the profile's declared paper.model (default: the tables' own paper_model column);
+    frontier_max_gap: the profile's decoding.frontier_max_gap (the widest frontier segment a comparison reads)."""
     controls = tables.get("controls_runs") is not None and len(tables["controls_runs"]) > 0
-    ctx = Context(numeric, paper_model if paper_model is not None else _declared_model(tables), n_boot, ci, controls)
+    ctx = Context(numeric, paper_model if paper_model is not None else _declared_model(tables), n_boot, ci, controls,
+                  frontier_max_gap)  # fmt: skip
     rows = []
     for c in CLAIMS:
         try:
@@ -587,7 +621,9 @@ def check_claims(tables: dict[str, pd.DataFrame], numeric: bool = False, paper_m
         for o in outs:
             rows.append({"id": c.id, "group": c.group, "scope": o.scope, "claim": c.text, "paper": o.paper,
                          "ours": o.ours, "verdict": o.verdict, "reason": o.reason, "extension": o.extension,
-                         "control": o.control, "control_verdict": o.control_verdict, "declared": c.declared,
+                         "control": o.control, "control_verdict": o.control_verdict,
+                         "other_control": o.other_control, "other_control_verdict": o.other_control_verdict,
+                         "declared": c.declared,
                          "stat": o.stat, "stat_null": o.null, "statistic": c.statistic, "null": c.null,
                          "paper_number": c.paper_number, "tolerance": c.tolerance, "verdict_rule": c.rule,
                          "table": c.table, "source": c.source})  # fmt: skip

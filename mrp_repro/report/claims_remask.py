@@ -7,7 +7,14 @@ The paper's words as the tests (issue 27): "recovers most" = recovery share (rem
 above 0.5; the largest gain over the paper's τ with a Bonferroni CI over those τ; equal-speed margins at the paper's
 τ = 0.5 only (remask) or the better of the paper's two direct steps with a Bonferroni CI over both, on three axes:
 TPF, TPF with head calls charged at their measured cost (weighted_tpf), wall clock. Every MRP verdict is gated by its
-no-MRP control (report.claims_controls).
+no-MRP control of record, the dense dynamic frontier at equal TPF and weighted TPF (report.claims_controls; issue 35),
+the head-free vetoes beside it.
+
+remask-own-rules (issue 35): the package's own rules (loo, sequential, logp-delta: PACKAGE_RULES) are a best-of over
+rules × τ × benchmarks, so they carry a declared test of their own: the best (rule, τ) per benchmark and axis against
+the dense frontier at equal TPF and equal weighted TPF, its CI Bonferroni-corrected over every rule, τ and benchmark
+compared. Every frontier comparison reads its segment's width: one across more than decoding.frontier_max_gap points
+is not compared (report.pareto.GAP).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from mrp_repro.report import paper, pareto
 from mrp_repro.report.verdicts import (
     DIRECTION,
     HOLDS,
+    NA,
     NOT,
     NOT_SHOWN,
     SHORT,
@@ -35,8 +43,8 @@ from mrp_repro.report.verdicts import (
     sized,
 )
 
-__all__ = ["REMASK_CLAIMS_FROM", "RECOVERS_MOST", "GAIN_TOLERANCE", "paper_taus", "recovers", "max_gain", "shrinks",
-           "equal_speed", "bonferroni"]  # fmt: skip
+__all__ = ["REMASK_CLAIMS_FROM", "RECOVERS_MOST", "GAIN_TOLERANCE", "PACKAGE_RULES", "paper_taus", "recovers",
+           "max_gain", "shrinks", "equal_speed", "own_rules", "bonferroni"]  # fmt: skip
 
 #: the remasking rows the claims read: our family's paper-v2 rule (upstream's delta veto is tabulated beside it)
 REMASK_CLAIMS_FROM = dict(algorithm="ours", rule="tau")
@@ -144,8 +152,15 @@ def recovers(tables, ctx) -> list[Outcome]:
                        "half of what dynamic lost", NOT_SHOWN: f"the recovery share's CI holds {RECOVERS_MOST}"}[v]
                 o = Outcome(scope, f"recovery share {fmt_ci(x, lo, hi, 3)} (gain {gain:+.1f} of the {lost:.1f} pts "
                             "dynamic lost)", p, v, why, ext, "recovery share", str(RECOVERS_MOST))  # fmt: skip
-            out.append(cc.gate(o, cc.remask(tables, ctx, bench, tau), ctx))
+            out.append(_gate(o, tables, ctx, bench, tau))
     return out
+
+
+def _gate(o: Outcome, tables, ctx, bench: str, tau: float) -> Outcome:
+    """o gated by remask(τ, tau)'s control of record (the dynamic frontier at equal TPF and weighted TPF), the
+    head-free vetoes beside it."""
+    record = cc.frontier(tables, ctx, bench, cc.remask_at(tau), f"remask({tau:g}, tau)")
+    return cc.gate(o, record, ctx, cc.remask(tables, ctx, bench, tau))
 
 
 def _gain(tables, bench, tau, n_boot, ci) -> dict | None:
@@ -183,7 +198,7 @@ def max_gain(tables, ctx) -> list[Outcome]:
         ours = (f"{fmt_ci(g['diff'], g['diff_lo'], g['diff_hi'], 1, True)} pts (τ={best:g}, the best of {len(taus)} τ "
                 f"in {lo_t:g}-{hi_t:g}; {100 * level:.1f}% Bonferroni CI)")  # fmt: skip
         o = Outcome(bench, ours, p_s, v, why, False, "largest paired gain", "0")
-        out.append(cc.gate(o, cc.remask(tables, ctx, bench, best), ctx))
+        out.append(_gate(o, tables, ctx, bench, best))
     return out
 
 
@@ -218,68 +233,111 @@ def shrinks(tables, ctx) -> list[Outcome]:
             p_s = f"{pg[tau_a]:+.1f} → {pg[b]:+.1f} pts" if tau_a in pg and b in pg else ""
             o = Outcome(scope, f"{fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)} pts", p_s, v, why, ext,
                         "gain(lowest τ) − gain(highest τ)", "0")  # fmt: skip
-            out.append(cc.gate(o, cc.remask(tables, ctx, bench, tau_a), ctx))
+            out.append(_gate(o, tables, ctx, bench, tau_a))
     return out
 
 
 #: the equal-speed axes the claims judge: the matched table's two and TPF with head calls charged
 EQUAL_SPEED_AXES = ("tpf", "weighted_tpf", "wall_speedup")
+#: the package's own remask rules (not the paper's tau, not the released code's delta): judged by remask-own-rules
+PACKAGE_RULES = ("loo", "sequential", "logp-delta")
+#: remask-own-rules' axes: TPF and TPF with head calls charged (the rules' cost is their head calls)
+OWN_RULES_AXES = ("tpf", "weighted_tpf")
+
+
+def _best_over_frontier(tables, ctx, sel_fn, axes, family: str, per_bench_family: bool, label: str) -> list[Outcome]:
+    """Per benchmark and axis: the best of the settings `sel_fn` selects (by margin, among the comparisons the frontier
+    measures: not beyond it, not on a segment wider than ctx.frontier_max_gap) against the dense dynamic frontier
+    (claims_controls.frontier_base), its CI Bonferroni-corrected over the family (the settings selected on one
+    benchmark, or on every benchmark with per_bench_family False)."""
+    runs = cc.frontier_base(tables)
+    if runs is None:
+        return na("no modes_runs (the dynamic frontier)")
+    require(runs, ["mode", "algorithm", "setting", "threshold", "rule", "K", "mrp_forwards", "batch_size"], label)
+    sel = sel_fn(runs)
+    if not sel.any():
+        return na(f"no {family} setting in modes_runs")
+    n_bench = runs.loc[sel, "benchmark"].nunique()
+    out = []
+    for bench in dict.fromkeys(runs.loc[sel, "benchmark"]):
+        g = runs[runs["benchmark"] == bench]
+        s_b = sel_fn(g)
+        n_set = g.loc[s_b, "setting"].nunique()
+        m = n_set if per_bench_family else n_set * n_bench
+        level = bonferroni(ctx.ci, m)
+        cost = cc.head_cost(tables, int(g["batch_size"].iloc[0]))
+        t = pareto.matched_speed_table(g[s_b | g["mode"].isin(pareto.FRONTIER)], ctx.n_boot, level, head_cost=cost,
+                                       max_gap=ctx.frontier_max_gap)  # fmt: skip
+        t = t[t["mode"].isin(pareto.COMPARED)]
+        for axis in axes:
+            scope = f"{bench}, equal {axis}"
+            if axis == "weighted_tpf" and math.isnan(cost):
+                out += na("no cost model: head calls cannot be charged", scope)
+                continue
+            a = t[t["axis"] == axis]
+            ok = a[~a["at_equal_speed"].isin(["beyond", pareto.GAP])]
+            gaps = a[a["at_equal_speed"] == pareto.GAP]
+            if ok.empty:
+                why = ("faster than the whole dynamic frontier" if gaps.empty else
+                       f"every comparison interpolates a frontier segment wider than {ctx.frontier_max_gap:g} points "
+                       f"({gaps['frontier_segment'].iloc[0]}: {gaps['frontier_gap'].iloc[0]:.1f}): decode more τ "
+                       "there (decoding.frontier_thresholds)")  # fmt: skip
+                out += na(why, scope)
+                continue
+            best = ok.loc[ok["margin"].idxmax()]
+            v = direction(float(best["margin_lo"]), float(best["margin_hi"]), 0.0)
+            fam = f"{m} ({n_set} per benchmark × {n_bench} benchmarks)" if not per_bench_family and n_bench > 1 else m
+            what = (f"{best['setting']}" if m == 1 else
+                    f"best {best['setting']} of {fam} ({100 * level:.1f}% Bonferroni CI)")  # fmt: skip
+            ours = (f"{what}: {fmt_ci(best['margin'], best['margin_lo'], best['margin_hi'], 1, True)} pts vs the "
+                    f"frontier's {best['dynamic_accuracy']:.1f}% at {axis} {best['speed']:.2f}")  # fmt: skip
+            if axis == "weighted_tpf":
+                ours += f" (head calls at {cost:.2f} forwards)"
+            if len(gaps):
+                ours += f"; {len(gaps)} more not compared (frontier gap over {ctx.frontier_max_gap:g} points)"
+            why = {HOLDS: "the margin over the dynamic frontier has a CI above 0",
+                   NOT: "below the dynamic frontier at equal speed (CI below 0)",
+                   NOT_SHOWN: "the margin's CI holds 0: not shown to beat dynamic decoding"}[v]  # fmt: skip
+            out.append(Outcome(scope, ours, "", v, why, False, "margin over the dynamic frontier", "0"))
+    return out
+
+
+def _record_is_the_statistic(o: Outcome) -> cc.Control:
+    """An equal-speed claim's control of record is its own statistic: the dynamic frontier."""
+    return cc.Control("the statistic itself: the margin over the dynamic frontier (the control of record)",
+                      o.verdict if o.verdict in (HOLDS, NOT, NOT_SHOWN) else NA, o.reason)
 
 
 def equal_speed(mode: str, steps=(1, 2)):
-    """remask(the paper's lowest τ, tau) or the better of direct(steps) (Bonferroni over them) against the dynamic
-    frontier of our family, per benchmark and axis."""
+    """remask(the paper's lowest τ, tau) or the better of direct(steps) (Bonferroni over them) against the dense
+    dynamic frontier of our family, per benchmark and axis; the other controls (the head-free vetoes, MTP without a
+    head) beside it."""
 
     def check(tables, ctx) -> list[Outcome]:
         if m := missing(tables, "modes_runs"):
             return m
-        runs = require(tables["modes_runs"], ["mode", "algorithm", "setting", "threshold", "rule", "K", "mrp_forwards",
-                                              "batch_size"], f"{mode}-equal-speed")  # fmt: skip
-        runs = runs[runs["algorithm"] == "ours"]
         lo_t, _ = _range(ctx)
-        if mode == "remask":
-            at = np.isclose(runs["threshold"].astype(float), lo_t)
-            sel = (runs["mode"] == "remask") & (runs["rule"] == "tau") & at
-        else:
-            sel = (runs["mode"] == "direct") & runs["K"].isin(list(steps))
-        sub = runs[sel | runs["mode"].isin(pareto.FRONTIER)]
-        n_set = sub.loc[sel, "setting"].nunique()
-        if n_set == 0:
-            return na(f"no {mode} setting of the claim in modes_runs")
-        level = bonferroni(ctx.ci, n_set)
-        t = pareto.matched_speed_table(sub, ctx.n_boot, level)
-        cost = cc.head_cost(tables, int(sub["batch_size"].iloc[0]))
-        ch = pareto.matched_speed_table(sub.assign(denoise_forwards=cc.weighted_denoise_forwards(sub, cost)), ctx.n_boot, level)
-        ch = ch[ch["axis"] == "tpf"].assign(axis="weighted_tpf")
-        t = pd.concat([t, ch], ignore_index=True)
-        t = t[t["mode"] == mode]
-        out = []
-        for bench in dict.fromkeys(t["benchmark"]):
-            for axis in EQUAL_SPEED_AXES:
-                g = t[(t["benchmark"] == bench) & (t["axis"] == axis)]
-                scope = f"{bench}, equal {axis}"
-                if axis == "weighted_tpf" and math.isnan(cost):
-                    out += na("no cost model: head calls cannot be charged", scope)
-                    continue
-                g = g[g["at_equal_speed"] != "beyond"]
-                if g.empty:
-                    out += na("faster than the whole dynamic frontier", scope)
-                    continue
-                best = g.loc[g["margin"].idxmax()]
-                v = direction(float(best["margin_lo"]), float(best["margin_hi"]), 0.0)
-                what = (f"{best['setting']}" if n_set == 1 else
-                        f"best {best['setting']} of {n_set} ({100 * level:.1f}% Bonferroni CI)")  # fmt: skip
-                ours = (f"{what}: {fmt_ci(best['margin'], best['margin_lo'], best['margin_hi'], 1, True)} pts vs the "
-                        f"frontier's {best['dynamic_accuracy']:.1f}% at {axis} {best['speed']:.2f}")  # fmt: skip
-                if axis == "weighted_tpf":
-                    ours += f" (head calls at {cost:.2f} forwards)"
-                why = {HOLDS: "the margin over the dynamic frontier has a CI above 0",
-                       NOT: "below the dynamic frontier at equal speed (CI below 0)",
-                       NOT_SHOWN: "the margin's CI holds 0: not shown to beat dynamic decoding"}[v]  # fmt: skip
-                o = Outcome(scope, ours, "", v, why, False, "margin over the dynamic frontier", "0")
-                control = (cc.remask(tables, ctx, bench, lo_t) if mode == "remask" else
-                           cc.direct(tables, ctx, bench, steps))  # fmt: skip
-                out.append(cc.gate(o, control, ctx))
-        return out
+        pick = cc.remask_at(lo_t) if mode == "remask" else cc.direct_steps(steps)
+        sel = lambda g: pick(g) & (g["algorithm"] == "ours")  # noqa: E731
+        outs = _best_over_frontier(tables, ctx, sel, EQUAL_SPEED_AXES, mode, True, f"{mode}-equal-speed")
+        res = []
+        for o in outs:
+            if o.verdict == NA:
+                res.append(o)
+                continue
+            bench = o.scope.split(",")[0]
+            other = cc.remask(tables, ctx, bench, lo_t) if mode == "remask" else cc.direct(tables, ctx, bench, steps)
+            res.append(cc.gate(o, _record_is_the_statistic(o), ctx, other))
+        return res
 
     return check
+
+
+def own_rules(tables, ctx) -> list[Outcome]:
+    """remask-own-rules: the package's rules (PACKAGE_RULES in decoding.remask_rules) at every remasking τ, the best
+    (rule, τ) per benchmark and axis against the dense dynamic frontier, Bonferroni over rules × τ × benchmarks."""
+    if m := missing(tables, "modes_runs"):
+        return m
+    sel = lambda g: (g["mode"] == "remask") & g["rule"].isin(PACKAGE_RULES) & (g["algorithm"] == "ours")  # noqa: E731
+    outs = _best_over_frontier(tables, ctx, sel, OWN_RULES_AXES, "package remask rule", False, "remask-own-rules")
+    return [o if o.verdict == NA else cc.gate(o, _record_is_the_statistic(o), ctx) for o in outs]

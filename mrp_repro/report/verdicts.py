@@ -48,9 +48,14 @@ class Outcome:
     #: the statistic and null the check computed, in words its claim's `declared` text must contain (a test checks it)
     stat: str = ""
     null: str = ""
-    #: the no-MRP control beside an MRP verdict: what it is and MRP minus (or over) it with its CI; its verdict
+    #: the no-MRP control of record beside an MRP verdict (issue 35: the dynamic frontier for direct mode and
+    #: remasking, the no-head drafter for speculative): what it is and MRP minus (or over) it with its CI; its verdict
     control: str = ""
     control_verdict: str = ""
+    #: the other no-MRP controls, reported beside it and never gating: MTP without a head (naive MTP, the untrained
+    #: head) for direct mode, the head-free vetoes (random, lowest confidence) for remasking
+    other_control: str = ""
+    other_control_verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Context:
     ci: float = 0.95
     #: the run decoded the no-MRP controls (controls_runs): an MRP verdict then holds only beside a control it beats
     controls: bool = False
+    #: the widest dynamic-frontier segment (accuracy points) a comparison may interpolate across (report.pareto)
+    frontier_max_gap: float = 10.0
 
 
 def na(reason: str, scope: str = "") -> list[Outcome]:
@@ -107,11 +114,23 @@ def _cells(*xs) -> str:
     return "| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in xs) + " |"
 
 
+#: claims.md's across-seeds columns of the controls: (its column, variance_claims' per-seed column, its across column,
+#: the report's verdict column it must agree with on the published seed)
+_CONTROL_ACROSS = (("control_across_seeds", "seed_control_verdicts", "control_across_seeds", "control_verdict"),
+                   ("other_control_across_seeds", "seed_other_control_verdicts", "other_control_across_seeds",
+                    "other_control_verdict"))  # fmt: skip
+
+
 def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.DataFrame:
     """report with `verdict_across_seeds` and `robust` from variance_claims' all-seeds rows (report.variance;
-    `make variance`), matched on (id, scope); blank where a claim is not judged across seeds or it has not run."""
-    out = report.drop(columns=["verdict_across_seeds", "robust"], errors="ignore").copy()
-    out["verdict_across_seeds"], out["robust"] = "", ""
+    `make variance`), matched on (id, scope), and the controls' across-seeds verdicts (control_across_seeds,
+    other_control_across_seeds) where the seed runs decoded them; blank where a claim is not judged across seeds or
+    it has not run. Each is attached only where the seed runs' check gives the published run this report's verdict
+    (the same test)."""
+    cols = ["verdict_across_seeds", "robust"] + [c for c, *_ in _CONTROL_ACROSS]
+    out = report.drop(columns=cols, errors="ignore").copy()
+    for c in cols:
+        out[c] = ""
     if across is None:
         return out
     a = across[across["seed_kind"] == ALL_SEEDS]
@@ -123,9 +142,13 @@ def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.D
                 # judged across seeds under another declared test (variance_claims.csv predates it): not this claim's
                 out.attrs["stale_across_seeds"] += 1
                 continue
+            for col, seeds_col, across_col, mine in _CONTROL_ACROSS:
+                per = getattr(hit, seeds_col, "")
+                if per and str(r.get(mine, "")) and _published_seed_verdict(per) == r.get(mine, ""):
+                    out.at[i, col] = f"{getattr(hit, across_col)} ({hit.seeds})"
             if _published_seed_verdict(getattr(hit, "seed_verdicts", "")) != r["verdict"]:
-                # the seed runs' check of the published run gives another verdict than this row's (a seed run does
-                # not decode the control, e.g. the random veto): across seeds it is another test, not this claim's
+                # the seed runs' check of the published run gives another verdict than this row's (a seed run
+                # without a grid this run has, e.g. the wall-clock checks): across seeds it is another test
                 out.attrs["unlike_across_seeds"] = out.attrs.get("unlike_across_seeds", 0) + 1
                 continue
             out.at[i, "verdict_across_seeds"] = f"{hit.verdict_across_seeds} ({hit.robust_reason}: {hit.seeds})"
@@ -144,39 +167,60 @@ def _published_seed_verdict(seed_verdicts) -> str:
 #: the claims each mode's sentence reads (their control verdicts), in report order
 MODE_CLAIMS = {"speculative": ("speculative-speedup",), "direct": ("direct-tradeoff", "mrp-graceful"),
                "remasking": ("remask-recovers", "remask-max-gain", "remask-gain-shrinks")}  # fmt: skip
+#: each mode's control of record, and what its other controls are (report.claims_controls), as the sentences say
+_RECORD = {"speculative": "the no-head drafter (weighted TPF)",
+           "direct": "the dynamic frontier at equal TPF and equal weighted TPF",
+           "remasking": "the dynamic frontier at equal TPF and equal weighted TPF"}  # fmt: skip
+_OTHER = {"direct": "MTP without a head (naive MTP, the untrained head; not evidence that MRP helps)",
+          "remasking": "a head-free veto of as many revocations (random, least confident)"}  # fmt: skip
+
+
+def _where(t: pd.DataFrame) -> str:
+    return ", ".join(f"{i} ({s})" if s else i for i, s in zip(t["id"], t["scope"], strict=True))
+
+
+def _against(rows: pd.DataFrame, col: str) -> tuple[str, bool]:
+    """(the outcome of MRP against the controls in column `col` over `rows`, whether any was measured)."""
+    measured = rows[(rows[col] != NA) & (rows[col] != "")]
+    if measured.empty:
+        return "not measured", False
+    won, lost = measured[measured[col] == HOLDS], measured[measured[col] == NOT]
+    if len(won) == len(measured):
+        return f"MRP beats it in every verdict ({_where(won)})", True
+    if won.empty:
+        return (f"MRP beats it in none of {len(measured)} verdicts"
+                + (f"; the control is better in {_where(lost)}" if len(lost) else "")), True
+    return (f"MRP beats it in {len(won)} of {len(measured)} verdicts ({_where(won)}); not in "
+            f"{_where(measured[measured[col] != HOLDS])}"), True
 
 
 def mode_sentences(report: pd.DataFrame) -> dict[str, str]:
-    """mode -> one sentence, from the control verdicts of MODE_CLAIMS' paper rows (extensions left out)."""
+    """mode -> one sentence, from the control-of-record verdicts of MODE_CLAIMS' paper rows (extensions left out),
+    and, for direct mode and remasking, what MRP does against the other controls (never read as "MRP helps")."""
     out = {}
     rows = report[~report["extension"].astype(bool)] if "extension" in report.columns else report
+    if "other_control_verdict" not in rows.columns:
+        rows = rows.assign(other_control_verdict="")
     for mode, ids in MODE_CLAIMS.items():
         r = rows[rows["id"].isin(ids) & (rows["control_verdict"] != "")]
         if mode == "speculative":  # the no-head drafter exists in our family only
             r = r[r["control_verdict"] != NA]
-        measured = r[r["control_verdict"] != NA]
-        if measured.empty:
-            out[mode] = f"{mode}: no no-MRP control was measured on this profile, so it cannot say whether MRP helps."
-            continue
-        won = measured[measured["control_verdict"] == HOLDS]
-        lost = measured[measured["control_verdict"] == NOT]
-        where = lambda t: ", ".join(f"{i} ({s})" if s else i for i, s in zip(t["id"], t["scope"], strict=True))  # noqa: E731
-        if len(won) == len(measured):
-            s = f"MRP itself helps on this profile: it beats its no-MRP control in every verdict ({where(won)})."
-        elif won.empty:
-            s = ("MRP itself is not shown to help on this profile: it beats its no-MRP control in none of "
-                 f"{len(measured)} verdicts" + (f"; the control is better in {where(lost)}" if len(lost) else "") + ".")
+        text, measured = _against(r, "control_verdict")
+        if not measured:
+            s = (f"no control of record ({_RECORD[mode]}) was measured on this profile, so it cannot say whether MRP "
+                 "helps.")  # fmt: skip
         else:
-            s = (f"MRP itself helps in {len(won)} of {len(measured)} verdicts ({where(won)}); not in "
-                 f"{where(measured[measured['control_verdict'] != HOLDS])}.")
-        if mode == "remasking":  # the second control: dynamic decoding at equal TPF, head calls charged
-            eq = rows[(rows["id"] == "remask-equal-speed") & rows["scope"].str.endswith("equal weighted_tpf")]
-            eq = eq[eq["verdict"] != NA]
-            if len(eq):
-                named = {HOLDS: "above", NOT: "below", NOT_SHOWN: "not shown apart from"}
-                s = s[:-1] + ("; against dynamic decoding at equal TPF with head calls charged it is " + ", ".join(
-                    f"{named.get(v, v)} the frontier on {sc.split(',')[0]}" for v, sc in zip(eq["verdict"], eq["scope"],
-                                                                                          strict=True)) + ".")
+            m = r[r["control_verdict"] != NA]
+            # helps: the control of record beaten, and no measured other control unbeaten (report.claims_controls.gate)
+            ok = (m["control_verdict"] == HOLDS) & m["other_control_verdict"].isin([HOLDS, NA, ""])
+            helps = ("MRP itself helps on this profile" if ok.all() else
+                     "MRP itself is not shown to help on this profile" if not ok.any()
+                     else f"MRP itself helps in {int(ok.sum())} of {len(ok)} verdicts")  # fmt: skip
+            s = f"{helps}: against its control of record, {_RECORD[mode]}, {text}."
+        if mode in _OTHER:
+            o_text, o_measured = _against(rows[rows["id"].isin(ids)], "other_control_verdict")
+            if o_measured:
+                s += f" Against {_OTHER[mode]}: {o_text}."
         out[mode] = f"{mode}: {s}"
     return out
 
@@ -200,10 +244,11 @@ def _control_summary(rows: pd.DataFrame) -> str:
              NA: "control not measured"}  # fmt: skip
     measured = len(c) - int(counts.get(NA, 0))
     rest = sorted(set(rows["id"]) - set(c["id"]))  # claims about the backbone, or whose null is itself a no-MRP model
-    text = (f"{len(c)} of them judge an MRP decoding mode and carry a no-MRP control"
+    text = (f"{len(c)} of them judge an MRP decoding mode and carry a no-MRP control of record (the dynamic frontier "
+            "at equal TPF and weighted TPF for direct mode and remasking, the no-head drafter for speculative)"
             + (f" (not {', '.join(rest)}: {len(rows) - len(c)} verdicts whose statistic is about the backbone or "
                "already has a no-MRP model as its null)" if rest else "")
-            + f"; {measured} have a measured no-MRP control: "
+            + f"; {measured} have it measured: "
             + ", ".join(f"{counts.get(v, 0)} {named[v]}" for v in (HOLDS, NOT_SHOWN, NOT) if counts.get(v, 0)))
     return text + (f"; {int(counts[NA])} have none measured (the control column says why)" if counts.get(NA, 0) else "")
 
@@ -217,7 +262,8 @@ def tally(report: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def _with_columns(report: pd.DataFrame) -> pd.DataFrame:
     out = report.copy()
-    for c, default in (("group", "paper"), ("control", ""), ("control_verdict", ""), ("declared", "")):
+    for c, default in (("group", "paper"), ("control", ""), ("control_verdict", ""), ("other_control", ""),
+                       ("other_control_verdict", ""), ("declared", "")):
         if c not in out.columns:
             out[c] = default
         out[c] = out[c].fillna(default).astype(str) if c != "group" else out[c].fillna(default)
@@ -244,8 +290,8 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
              f"construction under exact verification, for any head), {len(groups['package'])} verdicts of the "
              f"package's own claims ({_summary(groups['package'])}), {len(ext)} extension rows beyond the paper's grid "
              "(counted nowhere).", "",
-             "Does MRP itself help here? (from the control verdicts: MRP minus a decode without MRP, paired over "
-             "prompts; report.claims_controls)", ""]  # fmt: skip
+             "Does MRP itself help here? (from the verdicts against each mode's control of record: MRP minus a decode "
+             "without MRP, paired over prompts; report.claims_controls)", ""]  # fmt: skip
     lines += [f"- {s}" for s in mode_sentences(report).values()]
     lines += ["", f"Every paper number below is {pm}'s, for the same benchmark, unless the paper column names "
               "another model and benchmark (blank where the paper has none). This "
@@ -258,23 +304,27 @@ def report_markdown(report: pd.DataFrame, profile_name: str, numeric: bool, pape
               "or repeated interleaved passes; wallclock_checks.md); **not measured**. Each claim's declared "
               "statistic, null and control are listed below the tables.", "",
               _seeds_line(across, main, stale, unlike)]  # fmt: skip
-    head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason | control (MRP vs its no-MRP control) | "
-            "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    tail = ("| control (of record: MRP vs it; gates the verdict) | control_verdict | control_across_seeds | "
+            "other_control (beside it, never gating) | other_control_verdict | other_control_across_seeds | robust | "
+            "verdict_across_seeds |")
+    rule = "|" + "---|" * 14
+    head = [f"| claim | scope | paper ({pm}) | ours | verdict | reason {tail}", rule]
+
+    def cells(r, claim):
+        return _cells(claim, r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason, r.control, r.control_verdict,
+                      r.control_across_seeds, r.other_control, r.other_control_verdict, r.other_control_across_seeds,
+                      r.robust, r.verdict_across_seeds)  # fmt: skip
+
     for g, title in _SECTIONS:
         rows = groups[g]
         if rows.empty:
             continue
         lines += ["", f"## {title}", ""] + head
-        for r in rows.itertuples(index=False):
-            lines.append(_cells(f"**{r.id}**: {r.claim}", r.scope, r.paper or "", r.ours, f"**{r.verdict}**",
-                                r.reason, r.control, r.control_verdict, r.robust, r.verdict_across_seeds))  # fmt: skip
+        lines += [cells(r, f"**{r.id}**: {r.claim}") for r in rows.itertuples(index=False)]
     if len(ext):
         lines += ["", "## Extensions beyond the paper's grid (judged by the same rule; counted in no group)", "",
-                  "| claim | scope | paper | ours | verdict | reason | control (MRP vs its no-MRP control) | "
-                  "control_verdict | robust | verdict_across_seeds |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in ext.itertuples(index=False):
-            lines.append(_cells(f"**{r.id}**", r.scope, r.paper or "", r.ours, f"**{r.verdict}**", r.reason, r.control,
-                                r.control_verdict, r.robust, r.verdict_across_seeds))  # fmt: skip
+                  f"| claim | scope | paper | ours | verdict | reason {tail}", rule]
+        lines += [cells(r, f"**{r.id}**") for r in ext.itertuples(index=False)]
     lines += ["", "## Each claim's declared test", "",
               "`declared` is fixed in mrp_repro/report/claims.py (version control) and names the statistic, null and "
               "control the check computes (tests/test_claims.py holds the two together).", ""]
@@ -303,8 +353,11 @@ def _seeds_line(across: pd.DataFrame | None, main: pd.DataFrame, stale: int = 0,
             + (f" {stale} more were judged under earlier declared tests and are not attached (`make variance` judges "
                "them again)." if stale else "")
             + (f" {unlike} more are not attached: the seed runs' check gives the published run another verdict than "
-               "this table's (a seed run decodes no no-MRP control), so across seeds it is another test."
-               if unlike else ""))
+               "this table's (a seed run lacks a grid this run has, e.g. the wall-clock checks), so across seeds it is "
+               "another test." if unlike else "")
+            + " `control_across_seeds` / `other_control_across_seeds`: the weakest verdict of MRP against its control "
+            "of record / its other controls on every seed run (each seed run decodes every control beside MRP), with "
+            "the seeds; blank where no seed run judged it.")
 
 
 def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bool, paper_model: str = "",
