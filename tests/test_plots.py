@@ -492,3 +492,101 @@ def test_speculative_legend_clears_the_tick_labels():
     rleg = right.get_legend().get_window_extent(r)
     assert not _overlap(leg, rleg) and not _overlap(rleg, right.get_window_extent(r))
     matplotlib.pyplot.close(fig)
+
+
+# ----------------------------------------------------------------------------- the no-MRP controls (issue 35)
+
+
+def _with_no_head_drafter(r: pd.DataFrame) -> pd.DataFrame:
+    """r with speculative(K, naive) rows: MRP's drafts without the head (TPF 1.25 of a forward per token here)."""
+    m = r[(r["mode"] == "speculative") & (r["drafter"] == "mrp") & (r["algorithm"] == "ours")]
+    nv = m.assign(drafter="naive", setting=m["setting"].str.replace("mrp", "naive"), mrp_forwards=0,
+                  denoise_forwards=(m["tokens"] * 0.8).round().astype(int), accept_lengths="1 0 1",
+                  wall_s=m["wall_s"] * 0.9)  # fmt: skip
+    return pd.concat([r, nv], ignore_index=True)
+
+
+def _controls_runs(r: pd.DataFrame, same_at=(0.9,)) -> pd.DataFrame:
+    """A controls grid: the random and lowest-confidence vetoes at every remask τ of r (below rule tau's accuracy,
+    equal to it at the τ in `same_at`: there nothing is revoked and every series is one point)."""
+    tau = r[(r["mode"] == "remask") & (r["rule"] == "tau") & (r["algorithm"] == "ours")]
+    out = []
+    for name, rule, drop in (("random_veto", "random-veto", 0.3), ("confidence_veto", "confidence-veto", 0.15)):
+        v = tau.assign(setting=[f"{name}({t:g},tau,total)" for t in tau["threshold"]], rule=rule)
+        worse = ~v["threshold"].round(6).isin(list(same_at)) & (v["prompt_index"] < drop * N)
+        v.loc[worse, "correct"] = False
+        out.append(v)
+    return pd.concat(out, ignore_index=True)
+
+
+def test_speculative_figure_draws_the_no_head_drafter_beside_mrp(tmp_path, runs):
+    r = _with_no_head_drafter(runs)
+    fig = plots.plot_speculative(r)
+    left, right = fig.axes[:2]
+    ticks = [t.get_text() for t in left.get_xticklabels()]
+    assert ticks == ["static"] + [x for k in SPEC_K for x in (f"K={k}", f"K={k}, no-head drafter")]
+    pts = {c.get_label(): len(c.get_offsets()) for c in _scatters(left)}
+    for b in BENCHES:
+        assert pts[f"{b}, no-head drafter (no-MRP control, hollow)"] == N * len(SPEC_K)
+        assert pts[b] == N * (1 + len(SPEC_K))  # MRP's points unchanged
+    labels = {ln.get_label() for ln in _lines(right)}
+    assert {f"{b} K={k}, no-head drafter" for b in BENCHES for k in SPEC_K} <= labels
+    assert all(n > 0 for n in plots.legend_points(fig).values())
+    assert plots.hidden_markers(fig) == []
+    _save(fig, tmp_path, "speculative_controls")
+
+
+def test_speedup_figure_draws_each_control_beside_mrp(tmp_path):
+    one = _with_no_head_drafter(synthetic_runs(n=N, batch_size=1))
+    one = one[one["mode"].isin(["static", "speculative"])]  # the latency grid: static and speculative only
+    many = _with_no_head_drafter(synthetic_runs(n=N, batch_size=32))
+    spec = pd.concat([plots.at_batch(paper.speculative_table(r, n_boot=10), r) for r in (one, many)])
+    ctl = plots.speedup_controls(one, many, one, n_boot=10)  # a frame at a batch size already given adds nothing
+    assert set(ctl["batch_size"]) == {1, 32} and not ctl.duplicated(["batch_size", "series", "benchmark"]).any()
+    fig = plots.plot_speedup(spec, plots.at_batch(paper.direct_table(many, n_boot=10), many), ctl)
+    series = [[c.get_label() for c in ax.containers if hasattr(c, "patches")] for ax in fig.axes]
+    drafter = [f"speculative K={k}, no-head drafter (no-MRP control)" for k in SPEC_K]
+    naive = [f"naive MTP K={k} (no-MRP control of direct step {k}: no head)" for k in (1, 2)]
+    assert set(drafter) <= set(series[0]) and not set(naive) & set(series[0])  # batch 1: no direct grid there
+    assert set(drafter + naive) <= set(series[1])
+    # each control right after the MRP series it controls, hatched
+    s1 = series[1]
+    assert s1.index(drafter[0]) == s1.index("speculative K=3") + 1 and s1.index(naive[0]) == s1.index("direct step 1") + 1
+    for c in fig.axes[1].containers:
+        if hasattr(c, "patches") and "control" in c.get_label():
+            assert all(p.get_hatch() == "//" for p in c.patches)
+    # the bar is the control's own speedup over static on the same prompts
+    nv = many[(many["mode"] == "naive") & (many["K"] == 1) & (many["benchmark"] == BENCHES[0])]
+    st = many[(many["mode"] == "static") & (many["benchmark"] == BENCHES[0])]
+    want = (nv["tokens"].sum() / nv["wall_s"].sum()) / (st["tokens"].sum() / st["wall_s"].sum())
+    got = ctl[(ctl["series"] == naive[0]) & (ctl["batch_size"] == 32) & (ctl["benchmark"] == BENCHES[0])]
+    assert float(got["throughput_speedup"].iloc[0]) == pytest.approx(want)
+    assert all(n > 0 for n in plots.legend_points(fig).values())
+    _save(fig, tmp_path, "speedup_controls")
+
+
+def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_path, runs):
+    """The random veto and the lowest-confidence veto as series of their own (accuracy and TPF rows); at τ = 0.9
+    they, rule tau and dynamic share one point: the later markers nest (hollow, larger), so none hides another."""
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=10)
+    ctl = _controls_runs(runs)
+    fig = plots.plot_remasking(t, runs, controls=ctl, n_boot=10)
+    labels = [s.get_label() for s in _lines(fig.axes[0])]
+    for rule in ("random-veto", "confidence-veto"):
+        lab = plots._CONTROL_LABELS[rule]
+        assert any(x.startswith(lab) for x in labels), labels
+    tpf_labels = [ln.get_label() for ln in fig.axes[len(BENCHES)].get_lines()]
+    assert any("random-veto" in x for x in tpf_labels) and any("confidence-veto" in x for x in tpf_labels)
+    assert all(n > 0 for n in plots.legend_points(fig).values())
+    assert plots.hidden_markers(fig) == []
+    _save(fig, tmp_path, "remasking_controls")
+    with pytest.raises(ValueError, match="runs"):
+        plots.plot_remasking(t, controls=ctl)
+    # the check itself: two lines through one point, the later neither hollow nor larger, is a hidden marker
+    f, ax = matplotlib.pyplot.subplots()
+    ax.plot([1, 2], [3, 4], "o-", label="a")
+    ax.plot([2, 3], [4, 5], "o-", label="b")
+    assert plots.hidden_markers(f) == [("a", "b")]
+    plots.nest_coincident_markers(ax)
+    assert plots.hidden_markers(f) == []
+    matplotlib.pyplot.close(f)

@@ -27,6 +27,7 @@ from mrp_repro.report.tables import out_dir
 __all__ = [
     "set_theme", "save_figure", "plot_adjacent", "plot_remasking", "plot_lookahead", "plot_speculative",
     "plot_speedup", "at_batch", "plot_training_curve", "plot_trajectory", "plot_kernels", "legend_points",
+    "remasking_controls", "speedup_controls", "nest_coincident_markers", "hidden_markers",
 ]  # fmt: skip
 
 PALETTE = "colorblind"
@@ -122,7 +123,12 @@ def plot_adjacent(df: pd.DataFrame, subset: str = SUBSET):
 #: remasking rules: one colour (index into the colour-blind palette), marker and line style each; the baseline is
 #: black, thick and under them, so a rule that equals it (delta, often) shows as a thin line on a thick one
 _RULE_STYLE = {"tau": (3, "o", "-"), "delta": (0, "v", "--"), "loo": (2, "s", "-."), "sequential": (4, "D", ":"),
-               "logp-delta": (5, "^", (0, (5, 1, 1, 1)))}  # fmt: skip
+               "logp-delta": (5, "^", (0, (5, 1, 1, 1))),
+               # the no-MRP controls (decoding.controls): grey and orange, their own markers, dotted
+               "random-veto": (7, "X", ":"), "confidence-veto": (1, "P", (0, (1, 2)))}  # fmt: skip
+#: the remask controls' rules and what each is, for the legend (decoding.controls.CONTROL_RULES)
+_CONTROL_LABELS = {"random-veto": "no-MRP control: random veto, as many revocations as rule tau",
+                   "confidence-veto": "no-MRP control: lowest-confidence veto, as many as rule tau (head-free)"}
 #: the upstream family (the released code): its baseline a wide light-grey band under everything, visible around
 #: ours' black baseline and the δ series that equal it
 _UPSTREAM_BASE = dict(color="0.75", marker="P", ms=14, mfc="0.75", mew=0, lw=8.0, zorder=2)
@@ -148,6 +154,8 @@ def _remask_series(t: pd.DataFrame) -> list[tuple]:
 
 def _series_label(algo: str, rule: str, delta) -> str:
     """`ours`: our algorithm's rules; `upstream`: the released code's δ veto (both measured here, not the paper's)."""
+    if rule in _CONTROL_LABELS:
+        return _CONTROL_LABELS[rule]
     return f"MRP remask, rule {rule} (ours)" if algo == "ours" else f"MRP remask, δ veto δ={delta:g} (upstream)"
 
 
@@ -190,17 +198,43 @@ def _paper_remasking(paper_model: str, g: pd.DataFrame) -> pd.DataFrame:
     return t.dropna(subset=["baseline_accuracy", "mrp_remask_accuracy"]).sort_values("threshold")
 
 
-def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
+def remasking_controls(runs: pd.DataFrame, controls: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95) -> pd.DataFrame:
+    """The remasking table's rows (paper.remasking_table(rule=None, algorithm=None)) of the remask controls in
+    `controls` (controls_runs: the random and lowest-confidence vetoes, rules decoding.controls.CONTROL_RULES), each
+    paired with our dynamic(τ) of `runs` as the MRP rules are: what plot_remasking(controls=...) draws."""
+    from mrp_repro.report.paper import remasking_table
+
+    veto = controls[(controls["mode"] == "remask") & controls["rule"].isin(list(_CONTROL_LABELS))]
+    if veto.empty:
+        return pd.DataFrame()
+    dyn = runs[(runs["mode"] == "dynamic") & (runs["algorithm"] == "ours")]
+    return remasking_table(pd.concat([dyn, veto], ignore_index=True), rule=None, algorithm=None, n_boot=n_boot, ci=ci)
+
+
+def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, controls: pd.DataFrame | None = None,
+                   n_boot: int = 1000, ci: float = 0.95):  # fmt: skip
     """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, thick, under the rest), one MRP
     remasking series per rule (its own colour, marker and line style), and the paper's two series for the run's
     paper_model (grey, dashed: baseline and MRP remasking, at the τ the paper ran). A table of both families
     (remasking_table(algorithm=None)) adds the upstream family's own dynamic baseline (grey) and one upstream
     remasking series per δ, each paired with its own baseline. With `runs` (the dynamic and remask runs the table
     was built from), a second row: the TPF each series reaches, so a gain bought with fewer tokens per forward
-    shows as such. The legend sits below the panels.
+    shows as such. With `controls` (controls_runs) and `runs`, the no-MRP remask controls as series of their own
+    (the random veto, the head-free lowest-confidence veto: remasking_controls, n_boot / ci their CIs), beside the MRP
+    rules. Where a later series' point sits on an earlier one's (τ = 0.9: nothing is revoked, every series is
+    dynamic's), its markers are drawn hollow and larger (nest_coincident_markers), so no marker hides another. The
+    legend sits below the panels.
 
     table: paper.remasking_table(rule=None); one row per benchmark x algorithm x rule x δ x τ."""
     what = "plot_remasking"
+    if controls is not None and not controls.empty:
+        if runs is None:
+            raise ValueError(f"{what}: the controls are paired with dynamic(τ): pass the runs too")
+        ctl = remasking_controls(runs, controls, n_boot, ci)
+        if len(ctl):
+            table = pd.concat([table, ctl[[c for c in ctl.columns if c in table.columns]]], ignore_index=True)
+            runs = pd.concat([runs, controls[(controls["mode"] == "remask")
+                                             & controls["rule"].isin(list(_CONTROL_LABELS))]], ignore_index=True)
     _need(table, ["benchmark", "algorithm", "delta", "threshold", "rule", "baseline_accuracy", "mrp_remask_accuracy",
                   "paper_baseline_accuracy", "paper_mrp_remask_accuracy", "paper_model"], what)  # fmt: skip
     _unique(table, ["benchmark", "algorithm", "rule", "delta", "threshold"], what)
@@ -286,6 +320,8 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None):
     ncol = 3
     fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower center", ncol=ncol, frameon=False,
                fontsize=8)  # fmt: skip
+    for ax in axes.flat:  # after the legend: its keys keep each series' own marker
+        nest_coincident_markers(ax)
     fig.tight_layout(rect=(0, 0.035 * math.ceil(len(labels) / ncol) / nrows, 1, 1))
     return fig
 
@@ -347,9 +383,17 @@ def _legend_below(fig, axes, ncol: int = 4) -> None:
     fig.tight_layout(rect=(0, bottom, 1, 1))
 
 
-def _setting_label(mode: str, K, algorithm: str = "ours") -> str:
-    """x label of a speculative-figure point; the upstream family's points are their own labelled series."""
+#: the speculative figures' no-MRP drafter (the control of speculative mode: report.claims_controls) and its name
+CONTROL_DRAFTER = "naive"
+_NO_HEAD = "no-head drafter"
+
+
+def _setting_label(mode: str, K, algorithm: str = "ours", drafter: str = "") -> str:
+    """x label of a speculative-figure point; the upstream family's points are their own labelled series, and the
+    no-head drafter's (the control) stand beside MRP's at each K."""
     label = "static" if mode == "static" else f"K={int(K)}"
+    if mode != "static" and drafter == CONTROL_DRAFTER:
+        label += f", {_NO_HEAD}"
     return label if algorithm == "ours" else f"upstream {label}"
 
 
@@ -357,24 +401,34 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     """Speculative mode from a runs frame (static + speculative at every K and drafter).
 
     Left: TPF per prompt (one point each) for static and every speculative K of `drafter`, one series per
-    benchmark, with the oracle drafter's mean TPF at each K marked as the ceiling. Right: the distribution of
-    drafts accepted per round, one series per benchmark x K."""
+    benchmark, with the oracle drafter's mean TPF at each K marked as the ceiling, and, where the runs hold it, the
+    no-head drafter (speculative(K, naive), MRP's control: drafts from the backbone's own logits) beside each K as
+    its own x category (hollow points). Right: the distribution of drafts accepted per round, one series per
+    benchmark x K, the no-head drafter's dashed beside MRP's."""
     what = "plot_speculative"
     _need(runs, ["benchmark", "algorithm", "mode", "K", "drafter", "problem_id", "tokens", "denoise_forwards",
                  "accept_lengths"], what)  # fmt: skip
+    spec_all = runs[runs["mode"] == "speculative"]
     df = runs[(runs["mode"] == "static") | ((runs["mode"] == "speculative") & (runs["drafter"] == drafter))]
     spec = df[df["mode"] == "speculative"]
     if spec.empty or not (df["mode"] == "static").any():
         raise ValueError(f"{what}: needs static and speculative drafter={drafter} rows")
     _unique(df, ["benchmark", "algorithm", "mode", "K", "problem_id"], what)
+    ctl = spec_all[(spec_all["drafter"] == CONTROL_DRAFTER) & (spec_all["algorithm"] == "ours")]
+    if drafter == CONTROL_DRAFTER:
+        ctl = ctl.iloc[:0]
+    _unique(ctl, ["benchmark", "algorithm", "mode", "K", "problem_id"], what)
     oracle = runs[(runs["mode"] == "speculative") & (runs["drafter"] == "oracle")]
     set_theme()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(10 + 2 * (len(ctl) > 0), 3.8))
     benches = list(dict.fromkeys(df["benchmark"]))
     Ks = sorted(spec["K"].unique())
-    # ours first, then the upstream family's static and K, each a category of its own (never pooled)
-    present = sorted({(a != "ours", m != "static", 0 if m == "static" else k, _setting_label(m, k, a))
-                      for a, m, k in zip(df["algorithm"], df["mode"], df["K"], strict=True)})  # fmt: skip
+    # ours first (each K, then its no-head drafter), then the upstream family's static and K, each its own category
+    shown = pd.concat([df, ctl], ignore_index=True)
+    present = sorted({(a != "ours", m != "static", 0 if m == "static" else k, dr == CONTROL_DRAFTER,
+                       _setting_label(m, k, a, dr))
+                      for a, m, k, dr in zip(shown["algorithm"], shown["mode"], shown["K"], shown["drafter"],
+                                             strict=True)})  # fmt: skip
     settings = [label for *_, label in present]
     x_of = {s: i for i, s in enumerate(settings)}
     colors = dict(zip(benches, _colors(len(benches)), strict=True))
@@ -382,13 +436,18 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     rng = np.random.default_rng(0)
     ax = axes[0]
     for bi, b in enumerate(benches):
-        g = df[df["benchmark"] == b]
         off = (bi - (len(benches) - 1) / 2) * width
-        x = np.array([x_of[_setting_label(m, k, a)] for m, k, a in zip(g["mode"], g["K"], g["algorithm"], strict=True)],
-                     float)  # fmt: skip
-        tpf = g["tokens"] / g["denoise_forwards"].clip(lower=1)
-        ax.scatter(x + off + rng.uniform(-width / 3, width / 3, len(x)), tpf, s=10, alpha=0.5, color=colors[b],
-                   label=b)  # fmt: skip
+        for part, hollow in ((df, False), (ctl, True)):
+            g = part[part["benchmark"] == b]
+            if g.empty:
+                continue
+            x = np.array([x_of[_setting_label(m, k, a, dr)] for m, k, a, dr in
+                          zip(g["mode"], g["K"], g["algorithm"], g["drafter"], strict=True)], float)  # fmt: skip
+            tpf = g["tokens"] / g["denoise_forwards"].clip(lower=1)
+            style = (dict(facecolors="none", edgecolors=colors[b], linewidths=0.9) if hollow else
+                     dict(color=colors[b]))  # fmt: skip
+            ax.scatter(x + off + rng.uniform(-width / 3, width / 3, len(x)), tpf, s=10, alpha=0.6,
+                       label=f"{b}, {_NO_HEAD} (no-MRP control, hollow)" if hollow else b, **style)  # fmt: skip
         o = oracle[oracle["benchmark"] == b]
         if len(o):
             ceil = o.groupby("K").apply(lambda h: h["tokens"].sum() / max(h["denoise_forwards"].sum(), 1),
@@ -401,23 +460,32 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
                        linewidths=1.2, zorder=5, label=f"{b} oracle ceiling (mean TPF)")  # fmt: skip
     ax.set_xticks(range(len(settings)), settings, rotation=30, ha="right")
     ax.set_ylabel("tokens per denoising forward")
-    ax.set_title(f"TPF per prompt (drafter {drafter})")
+    ax.set_title(f"TPF per prompt (drafter {drafter}" + (f"; {_NO_HEAD} beside it)" if len(ctl) else ")"))
     ax = axes[1]
-    series = [(b, a, k) for b in benches for a in ("ours", "upstream") for k in Ks
-              if len(spec[(spec["benchmark"] == b) & (spec["algorithm"] == a) & (spec["K"] == k)])]  # fmt: skip
-    for (b, a, k), c in zip(series, _colors(len(series)), strict=True):
-        h = spec[(spec["benchmark"] == b) & (spec["algorithm"] == a) & (spec["K"] == k)]
+    def rows(b, a, k, dr):
+        t = spec if dr == drafter else ctl
+        return t[(t["benchmark"] == b) & (t["algorithm"] == a) & (t["K"] == k)]
+
+    series = [(b, a, k, dr) for b in benches for a in ("ours", "upstream") for k in Ks
+              for dr in (drafter, CONTROL_DRAFTER) if len(rows(b, a, k, dr))]  # fmt: skip
+    main = [x for x in series if x[3] == drafter]
+    cols = dict(zip([x[:3] for x in main], _colors(len(main)), strict=True))
+    for b, a, k, dr in series:
+        h = rows(b, a, k, dr)
         lengths = np.array([int(j) for x in h["accept_lengths"].fillna("") for j in str(x).split()])
         if lengths.size == 0:
             raise ValueError(f"{what}: no accepted-length records for {b} K={int(k)} (accept_lengths empty)")
         vals = np.arange(0, int(k) + 1)
         prob = np.array([(lengths == v).mean() for v in vals])
-        ax.plot(vals, prob, marker="o", color=c, label=f"{b} {_setting_label('speculative', k, a)}")
+        ctl_style = dict(ls="--", marker="x", mfc="none") if dr != drafter else dict(marker="o")
+        ax.plot(vals, prob, color=cols.get((b, a, k), "0.5"), label=f"{b} {_setting_label('speculative', k, a, dr)}",
+                **ctl_style)  # fmt: skip
     ax.set_xlabel("drafts accepted per round")
     ax.set_ylabel("share of rounds")
     ax.set_title("acceptance length (the two families count\nacceptance differently: docs/upstream.md)", fontsize=9)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    nest_coincident_markers(ax)  # two drafters' shares can coincide (both 0 at a length): nested, never hidden
     fig.tight_layout()
     _legend_under_ticks(axes[0], ncol=2)
     return fig
@@ -448,12 +516,63 @@ def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 SPEEDUP_COLUMNS = 2
 
 
-def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
+#: speedup_controls' series names: the no-head drafter beside speculative K, naive MTP beside direct step K
+_SPEC_CONTROL = "speculative K={k}, " + _NO_HEAD + " (no-MRP control)"
+_DIRECT_CONTROL = "naive MTP K={k} (no-MRP control of direct step {k}: no head)"
+
+
+def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float = 0.95) -> pd.DataFrame:
+    """The no-MRP controls' wall-clock speedups over our static(1), one table for plot_speedup(controls=...): the
+    no-head drafter speculative(K, naive) at every K, and naive_mtp(K) (direct(K) without a head) at the direct
+    steps, per runs frame (each one batch size: a frame at a batch size an earlier one gave adds nothing), tagged
+    with column batch_size and series."""
+    from mrp_repro.measure import stats
+    from mrp_repro.report.paper import speculative_table
+
+    parts, seen = [], set()
+    for r in runs:
+        if r is None or r.empty:
+            continue
+        bs = sorted({int(b) for b in r["batch_size"]})
+        if len(bs) != 1:
+            raise ValueError(f"speedup_controls: a runs frame of batch sizes {bs}; one per frame")
+        if bs[0] in seen:
+            continue
+        seen.add(bs[0])
+        ours = r[r["algorithm"] == "ours"]
+        if ((ours["mode"] == "speculative") & (ours["drafter"] == CONTROL_DRAFTER)).any():
+            t = speculative_table(ours, drafter=CONTROL_DRAFTER, n_boot=n_boot, ci=ci)
+            parts.append(t.assign(batch_size=bs[0], series=[_SPEC_CONTROL.format(k=int(k)) for k in t["K"]],
+                                  paper_throughput_speedup=math.nan))  # fmt: skip
+        rows = []
+        for (model, bench), g in ours.groupby(["model", "benchmark"], sort=False):
+            st = g[g["mode"] == "static"].set_index("problem_id")
+            for k in steps:
+                nv = g[(g["mode"] == "naive") & np.isclose(g["K"].astype(float), k)].set_index("problem_id")
+                ids = nv.index.intersection(st.index)
+                if st.empty or not len(ids):
+                    continue
+                x, lo, hi = stats.ratio_ci(nv.loc[ids, "tokens"], nv.loc[ids, "wall_s"], st.loc[ids, "tokens"],
+                                           st.loc[ids, "wall_s"], n_boot, ci)  # fmt: skip
+                rows.append(dict(model=model, benchmark=bench, batch_size=bs[0], series=_DIRECT_CONTROL.format(k=k),
+                                 throughput_speedup=x, throughput_speedup_lo=lo, throughput_speedup_hi=hi,
+                                 paper_throughput_speedup=math.nan,
+                                 paper_model=str(g["paper_model"].iloc[0]) if "paper_model" in g else ""))
+        if rows:
+            parts.append(pd.DataFrame(rows))
+    cols = ["benchmark", "batch_size", "series", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
+            "paper_throughput_speedup", "paper_model"]  # fmt: skip
+    return pd.concat([p[cols] for p in parts], ignore_index=True) if parts else pd.DataFrame(columns=cols)
+
+
+def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, controls: pd.DataFrame | None = None):
     """Wall-clock speedup over static per benchmark, one panel per batch size (a speedup at batch 1 and one at
     batch 32 are different measurements and never share an axis): one bar series per speculative K and per direct
     step (ours with CI), the paper's number as a black diamond on each bar it stands beside (speculative: batch 1
     only, the paper's latency regime). Each table carries
-    the batch size of its runs in column batch_size (plots.at_batch); a table may hold several."""
+    the batch size of its runs in column batch_size (plots.at_batch); a table may hold several. `controls`
+    (speedup_controls: the no-head drafter at every K, naive MTP at the direct steps) adds each no-MRP control as a
+    hatched bar series of its own beside MRP's, in every panel of its batch size."""
     what = "plot_speedup"
     cols = ["benchmark", "batch_size", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup", "paper_model"]  # fmt: skip
@@ -474,17 +593,30 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
         _need(direct, cols + ["setting"], what)
         d = direct[direct["setting"] != "baseline"]
         parts.append(d.assign(series=[f"direct step {s.replace('mrp_step', '')}" for s in d["setting"]]))
+    if controls is not None and len(controls):
+        _need(controls, cols + ["series"], what)
+        parts.append(controls.assign(paper_throughput_speedup=math.nan))
     df = pd.concat(parts, ignore_index=True)
+    control_series = set(controls["series"]) if controls is not None and len(controls) else set()
     _unique(df, ["batch_size", "series", "benchmark"], what)
     models = sorted(set(df.loc[df["paper_throughput_speedup"].notna(), "paper_model"]))
     if len(models) > 1:
         raise ValueError(f"{what}: paper values of {models}; a run compares with one paper model")
     set_theme()
     sizes = sorted({int(b) for b in df["batch_size"]})
-    series = list(dict.fromkeys(df["series"]))
+    # each control right after the MRP series it controls (speculative K=3 then its no-head drafter, direct step 1
+    # then naive MTP K=1): the pair side by side in every panel
+    def _key(s):
+        import re
+
+        k = re.search(r"K=(\d+)|step (\d+)", s)
+        k = int(next(g for g in k.groups() if g)) if k else 0
+        return ("direct" in s or "naive MTP" in s, "upstream" in s, k, s in control_series)
+
+    series = sorted(dict.fromkeys(df["series"]), key=_key)
     colors = dict(zip(series, _colors(len(series)), strict=True))  # a series keeps its colour across panels
     benches = list(dict.fromkeys(df["benchmark"]))
-    per = [list(dict.fromkeys(df.loc[df["batch_size"] == b, "series"])) for b in sizes]
+    per = [[x for x in series if x in set(df.loc[df["batch_size"] == b, "series"])] for b in sizes]
     # a grid of at most SPEEDUP_COLUMNS panels a row, ~5 in each: one row of every batch size made a figure so wide
     # that, shrunk to a page, its fonts could not be read
     ncols = min(SPEEDUP_COLUMNS, len(sizes))
@@ -498,8 +630,9 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None):
         for i, s in enumerate(names):
             g = df[(df["series"] == s) & (df["batch_size"] == bs)].set_index("benchmark").reindex(benches)
             x = np.arange(len(benches)) + (i - (len(names) - 1) / 2) * width
+            hatch = dict(hatch="//", edgecolor="black", linewidth=0.6, alpha=0.8) if s in control_series else {}
             ax.bar(x, g["throughput_speedup"], width, color=colors[s], label=s, yerr=_yerr(g, "throughput_speedup"),
-                   capsize=3)  # fmt: skip
+                   capsize=3, **hatch)  # fmt: skip
             has = g["paper_throughput_speedup"].notna().to_numpy()
             if has.any():
                 ax.scatter(x[has], g["paper_throughput_speedup"].to_numpy()[has], marker="D", color="black", zorder=3,
@@ -704,6 +837,60 @@ def plot_adjacent_relative(df: pd.DataFrame, subset: str = SUBSET):
     ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+_MARKERLESS = ("", "None", "none", " ", None, "_", "|")
+
+
+def _marker_lines(ax) -> list:
+    """The axis' lines that draw markers (not error-bar caps), in drawing order (zorder, then insertion)."""
+    lines = [ln for ln in ax.get_lines() if ln.get_marker() not in _MARKERLESS and ln.get_visible()]
+    return sorted(lines, key=lambda ln: ln.get_zorder())  # stable: insertion order within a zorder
+
+
+def _points(ln) -> np.ndarray:
+    x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
+    xy = np.stack([x, y], 1) if x.size == y.size else np.zeros((0, 2))
+    return xy[np.isfinite(xy).all(1)]
+
+
+def _shared(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> bool:
+    """Whether some point of a and some point of b coincide (within tol, relative to the values' scale)."""
+    if not len(a) or not len(b):
+        return False
+    d = np.abs(a[:, None, :] - b[None, :, :]) <= tol * np.maximum(1.0, np.abs(a[:, None, :]))
+    return bool(d.all(-1).any())
+
+
+def nest_coincident_markers(ax) -> None:
+    """Where a line's marker would sit on an earlier line's (same point), draw it hollow and larger than every
+    marker it covers, above them: the markers nest instead of hiding one another (plot_remasking: at τ = 0.9 every
+    series is dynamic's point)."""
+    drawn = []
+    for ln in _marker_lines(ax):
+        under = [o for o in drawn if _shared(_points(o), _points(ln))]
+        if under:
+            ln.set_markerfacecolor("none")
+            ln.set_markeredgewidth(max(ln.get_markeredgewidth(), 1.5))
+            ln.set_markersize(max(o.get_markersize() for o in under) + 2.5)
+            ln.set_zorder(max(ln.get_zorder(), *(o.get_zorder() for o in under)) + 0.1)
+        drawn.append(ln)
+
+
+def hidden_markers(fig) -> list[tuple[str, str]]:
+    """(covered, covering) label pairs of line markers that one draws exactly over the other in `fig` (the later
+    not hollow and larger): a marker the reader cannot see. Empty for a figure where none hides another."""
+    out = []
+    for ax in fig.axes:
+        lines = _marker_lines(ax)
+        for i, a in enumerate(lines):
+            for b in lines[i + 1:]:
+                if not _shared(_points(a), _points(b)):
+                    continue
+                nested = (str(b.get_markerfacecolor()) == "none" and b.get_markersize() > a.get_markersize())
+                if not nested:
+                    out.append((a.get_label(), b.get_label()))
+    return out
 
 
 def _finite_points(artist) -> int:
