@@ -279,6 +279,7 @@ def load_backbone(
     cfg_path = ckpt / "config.json"
     if not cfg_path.exists():
         raise CheckpointError(f"{ckpt}: no config.json; {fix or default_fix(cfg_path)}")
+    checkpoint_files(ckpt, fix)  # every file against its record (manifest, hub blob names) before config.json is read
     try:
         hub_cfg = json.loads(cfg_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -189,7 +189,8 @@ def load_released_head(spec: str, bb, objective: str = "residual", num_layers: i
         fix = f"delete {path} and fetch it again (huggingface-cli download {name}{f' --revision {rev}' if rev else ''})"
     if not cfg_path.is_file():
         raise ckpt_io.CheckpointError(f"mrp.pretrained {spec!r}: {path} has no config.json; {fix}")
-    try:
+    ckpt_io.checkpoint_files(path, fix)  # every file against its record (hub blob names) before config.json is read:
+    try:  # a corrupted value would otherwise be quoted as the setting to adopt (block_size)
         hub_cfg = json.loads(cfg_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ckpt_io.CheckpointError(f"{cfg_path} is unreadable ({e}); {fix}") from e

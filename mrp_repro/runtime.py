@@ -357,8 +357,11 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Write JSON to a temporary file beside `path`, then os.replace it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from mrp_repro.integrity import file_mode
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())  # the umask's mode, as open() gives (mkstemp's 0600 would follow it into place)
         with os.fdopen(fd, "w") as fh:
             json.dump(obj, fh, indent=2, sort_keys=True, default=str)
             fh.write("\n")

@@ -151,15 +151,25 @@ def ensure(path: str) -> Path:
         with integrity.stage_lock(p.parent.parent, f"sdar_mini writing {p.parent}"):
             if _problem(p) is not None:  # re-checked under the lock
                 print(f"sdar_mini: {p} {why}; writing it ({COMMAND.format(out=p.parent)})", flush=True)
-                write(p.parent)
+                _write_locked(p.parent)
     return p
+
+
+def _write_locked(out: Path) -> Path:
+    """write(out) while holding the lock: first remove what a killed generation left beside out (its ~160 MB
+    temporary directory, which nothing else would ever remove; no live writer has one, the lock says so)."""
+    for stale in integrity.remove_stale_temps(out):
+        print(f"sdar_mini: removed {stale}, left by a generation that was killed", flush=True)
+    return write(out)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="directory to write backbone/ and released-head*/ into")
     args = ap.parse_args(argv)
-    out = write(args.out)
+    out = Path(args.out)
+    with integrity.stage_lock(out.absolute().parent, f"sdar_mini writing {out}"):
+        _write_locked(out)
     print("\n".join(str(out / part) for part in PARTS))
 
 

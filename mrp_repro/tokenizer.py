@@ -7,15 +7,26 @@
   plus Qwen3's special tokens (151643..151668), SDAR's ``<|MASK|>`` (151669) and a
   ChatML chat template.  Cached as tokenizer.json under the user cache dir.
 - :func:`mask_token_id`, :func:`eos_token_ids`: looked up by token *name*.
+
+A tokenizer directory that cannot be read (a truncated tokenizer.json, a config cut short) is a TokenizerError,
+one line naming the damaged file and the fix, instead of transformers' 30-line JSONDecodeError naming no file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from mrp_repro.errors import UserError
+
+
+class TokenizerError(UserError, ValueError):
+    """A tokenizer directory whose files cannot be read; the message names the file and the fix."""
+
 
 PAD, MASK, EOS = "<|pad|>", "<|mask|>", "<|eos|>"
 TINY_SPECIALS = (PAD, MASK, EOS)
@@ -103,12 +114,39 @@ def save_tokenizer(tok: PreTrainedTokenizerFast, directory: str | os.PathLike) -
     return directory
 
 
-def load_tokenizer(directory_or_hub_id: str | os.PathLike, **kwargs) -> PreTrainedTokenizerFast:
-    """Load a saved tokenizer directory (tokenizer.json) or a hub checkpoint (AutoTokenizer)."""
+#: the files of a tokenizer directory transformers parses as JSON
+_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "vocab.json", "chat_template.json", "config.json", "generation_config.json")  # fmt: skip
+
+
+def load_tokenizer(directory_or_hub_id: str | os.PathLike, fix: str | None = None, **kwargs) -> PreTrainedTokenizerFast:
+    """Load a saved tokenizer directory (tokenizer.json) or a hub checkpoint (AutoTokenizer). A directory whose
+    files cannot be read raises TokenizerError naming the first damaged file and `fix` (default: restore it)."""
     path = Path(directory_or_hub_id)
-    if (path / "tokenizer.json").is_file():
-        return PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
-    return AutoTokenizer.from_pretrained(str(directory_or_hub_id), **kwargs)
+    try:
+        if (path / "tokenizer.json").is_file():
+            return PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
+        return AutoTokenizer.from_pretrained(str(directory_or_hub_id), **kwargs)
+    except Exception as e:  # JSONDecodeError, tokenizers' bare Exception, ValueError, OSError, UnicodeDecodeError
+        if not path.is_dir():
+            raise  # a hub id: transformers' own message says what is missing
+        raise TokenizerError(_damage(path, e, fix)) from e
+
+
+def _damage(d: Path, e: BaseException, fix: str | None) -> str:
+    """What is wrong with tokenizer directory d (its first JSON file that does not parse), and the fix."""
+    for name in _JSON_FILES:
+        f = d / name
+        if not f.is_file():
+            continue
+        try:
+            json.loads(f.read_bytes())
+        except (OSError, ValueError) as bad:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            why = f"{type(bad).__name__}: {' '.join(str(bad).split())[:80]}"
+            fix = fix or f"restore {f.name} from where {d} came from (a copy of the same checkpoint)"
+            return f"{f} is truncated or corrupted ({why}); {fix}"
+    why = f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    return f"{d}: the tokenizer files cannot be loaded ({why}); {fix or f'restore {d} from where it came from'}"
 
 
 # ----------------------------------------------------------------------------- lookups

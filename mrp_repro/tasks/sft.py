@@ -107,13 +107,13 @@ def open_sft_source(
 
         def lines():
             n = 0
-            with open(f) as fh:
-                for line in fh:
+            with open(f, encoding="utf-8", errors="strict") as fh:
+                for i, line in enumerate(_lines(fh, f), 1):
                     if max_samples is not None and n >= max_samples:
                         return
                     if line.strip():
                         n += 1
-                        yield json.loads(line)
+                        yield _record(line, f, i)
 
         return lines(), _stat_fingerprint([f])
     import datasets
@@ -125,10 +125,14 @@ def open_sft_source(
         if not jsonl and not parquet:
             raise SFTSourceError(f"{p} holds no *.jsonl / *.parquet files; " + _how_to_provide(source))
         parts = []
-        if jsonl:
-            parts.append(datasets.load_dataset("json", data_files=jsonl, split="train"))
-        if parquet:
-            parts.append(datasets.load_dataset("parquet", data_files=parquet, split="train"))
+        try:
+            with _quiet_datasets():
+                if jsonl:
+                    parts.append(datasets.load_dataset("json", data_files=jsonl, split="train"))
+                if parquet:
+                    parts.append(datasets.load_dataset("parquet", data_files=parquet, split="train"))
+        except Exception as e:  # datasets' 80-line DatasetGenerationError names no file: find the damaged one
+            raise SFTSourceError(_damaged(p, jsonl, parquet, e)) from e
         ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
         fingerprint = _stat_fingerprint(jsonl + parquet)
     elif _is_hub_id(source) and not p.exists():
@@ -145,6 +149,76 @@ def open_sft_source(
     if max_samples is not None:
         ds = ds.select(range(min(max_samples, len(ds))))
     return iter(ds), f"{fingerprint}|{max_samples}"
+
+
+@contextlib.contextmanager
+def _quiet_datasets():
+    """datasets' progress bars and its own error log off while it reads local files: a damaged file is then one
+    SFTSourceError line (below), not a logged parse error and a bar above it. Restored afterwards."""
+    import datasets
+
+    log = datasets.utils.logging
+    level, bars = log.get_verbosity(), datasets.utils.is_progress_bar_enabled()
+    log.set_verbosity(log.CRITICAL)
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        log.set_verbosity(level)
+        if bars:
+            datasets.enable_progress_bars()
+
+
+def _lines(fh, f: Path):
+    """The lines of an open text file; a byte that is not UTF-8 is an SFTSourceError naming the file."""
+    try:
+        yield from fh
+    except UnicodeDecodeError as e:
+        raise SFTSourceError(f"{f} is not UTF-8 text ({e.reason} at byte {e.start} of a chunk); restore the file "
+                             "from its source or remove it") from None  # fmt: skip
+
+
+def _record(line: str, f: Path, i: int) -> dict:
+    """One JSON-lines record; a line that does not parse (a file cut short) names the file and the line."""
+    try:
+        rec = json.loads(line)
+    except ValueError as e:
+        raise SFTSourceError(f"{f} line {i} is not valid JSON (cut short or corrupted: {e.msg}, column {e.colno});"
+                             " restore the file from its source, or delete that line") from None  # fmt: skip
+    if not isinstance(rec, dict):
+        raise SFTSourceError(f"{f} line {i} is a JSON {type(rec).__name__}, not a record (an object); fix that line")
+    return rec
+
+
+def _damaged(d: Path, jsonl: list[str], parquet: list[str], e: BaseException) -> str:
+    """Why the local SFT files under d could not be loaded: the first JSON-lines line or parquet file that does
+    not read, named with its fix; else datasets' own reason, cut to one line."""
+    for f in jsonl:
+        if f.endswith(".jsonl"):
+            with open(f, encoding="utf-8", errors="strict") as fh:
+                for i, line in enumerate(_lines(fh, Path(f)), 1):
+                    if line.strip():
+                        try:
+                            _record(line, Path(f), i)
+                        except SFTSourceError as bad:
+                            return str(bad)
+        else:
+            try:
+                json.loads(Path(f).read_bytes())
+            except ValueError as bad:
+                return (f"{f} is not valid JSON (cut short or corrupted: {type(bad).__name__}); restore the file "
+                        "from its source or remove it")  # fmt: skip
+    if parquet:
+        import pyarrow.parquet as pq
+
+        for f in parquet:
+            try:
+                pq.read_metadata(f)
+            except Exception as bad:  # ArrowInvalid: a truncated footer
+                return (f"{f} is not a readable parquet file (cut short or corrupted: {type(bad).__name__}); restore "
+                        "the file from its source or remove it")  # fmt: skip
+    why = " ".join(str(e.__cause__ or e).split())[:200]
+    return f"{d}: its SFT files could not be loaded ({type(e).__name__}: {why}); " + _how_to_provide(str(d))
 
 
 def load_sft_records(

@@ -1,0 +1,300 @@
+"""Damaged inputs and what runs leave behind (issue 39, findings 5 and 6): a truncated local tokenizer or SFT file is
+one line naming it, a hub file is hashed before its content is read, a killed generation's temporary directory is
+removed by the next run, outputs keep the umask's modes, and printed advice runs as printed.
+
+Before the fix: a truncated tokenizer.json was a 31-line JSONDecodeError naming no file, a truncated SFT .jsonl an
+81-line datasets traceback naming no file; a corrupted hub config.json was read first, so the error advised adopting
+its value (`set block_size: <the corrupted value>`); a killed sdar-mini generation left a 159 MB temporary directory
+that no run removed; every output was 0644 / 0600 / 0700 whatever the umask; reproduce advised `--profile <profile>`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import shlex
+import stat
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from mrp_repro import integrity, released, stages
+from mrp_repro.checkpoint import CheckpointError, save_backbone
+from mrp_repro.cli import run_cli
+from mrp_repro.config import load_profile
+from mrp_repro.mrp import MRPHead
+from mrp_repro.tokenizer import build_tiny_tokenizer, save_tokenizer
+
+
+def _cut(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _one_line(fn, capsys) -> str:
+    """fn run as a command-line entry point: its one `error:` line (status 2, no traceback)."""
+    with pytest.raises(SystemExit) as e:
+        run_cli(lambda argv: fn(), [])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err.strip()
+
+
+# ----------------------------------------------------------------------------- a damaged local tokenizer
+
+
+@pytest.fixture
+def local_model(tmp_path, smoke_profile):
+    """A local model directory (model.source: local) as a user has one: config, weights and tokenizer files, no
+    record of ours; and the profile that loads it."""
+    bb = stages.random_backbone(smoke_profile, std=0.2, seed=0)
+    d = save_backbone(bb.model, tmp_path / "my-model")
+    save_tokenizer(bb.tokenizer, d)
+    prof = smoke_profile.replace({"model.source": "local", "model.local_dir": str(d)})
+    return d, prof
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json"])
+def test_a_truncated_tokenizer_file_of_a_local_model_is_one_line_naming_it(local_model, capsys, name):
+    d, prof = local_model
+    assert stages.backbone(prof).tokenizer is not None  # whole, it loads
+    _cut(d / name)
+    line = _one_line(lambda: stages.backbone(prof), capsys)
+    assert f"{d / name} is truncated or corrupted" in line and "restore" in line, line
+
+
+def test_a_truncated_tokenizer_json_loaded_directly_names_the_file(tmp_path, capsys):
+    from mrp_repro.tokenizer import load_tokenizer
+
+    d = save_tokenizer(build_tiny_tokenizer("abc"), tmp_path / "tok")
+    _cut(d / "tokenizer.json")
+    line = _one_line(lambda: load_tokenizer(d, fix="copy it again from the model"), capsys)
+    assert f"{d / 'tokenizer.json'} is truncated or corrupted (JSONDecodeError" in line
+    assert line.endswith("copy it again from the model (run with --debug for the traceback)"), line
+
+
+# ----------------------------------------------------------------------------- a damaged local SFT file
+
+
+def _sft_records(n=40):
+    return [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a" * i}]}
+            for i in range(n)]  # fmt: skip
+
+
+def test_a_truncated_local_sft_jsonl_names_the_file_and_the_line(tmp_path, capsys, monkeypatch):
+    from mrp_repro.tasks.sft import load_sft_records
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    d = tmp_path / "sft"
+    d.mkdir()
+    (d / "a.jsonl").write_text("\n".join(json.dumps(r) for r in _sft_records()) + "\n")
+    bad = d / "b.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in _sft_records()) + "\n")
+    assert len(load_sft_records(str(d))) == 80
+    _cut(bad, 0.7)  # cut in the middle of a line, as a copy that stopped
+    line = _one_line(lambda: load_sft_records(str(d)), capsys)
+    n = len(bad.read_text().splitlines())
+    assert f"{bad} line {n} is not valid JSON (cut short or corrupted" in line and "restore the file" in line, line
+
+
+def test_a_truncated_local_sft_parquet_names_the_file(tmp_path, capsys, monkeypatch):
+    from mrp_repro.tasks.sft import load_sft_records
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    d = tmp_path / "sft"
+    d.mkdir()
+    pd.DataFrame({"prompt": [f"q{i}" for i in range(50)], "response": ["a"] * 50}).to_parquet(d / "a.parquet")
+    _cut(d / "a.parquet", 0.6)
+    line = _one_line(lambda: load_sft_records(str(d)), capsys)
+    assert f"{d / 'a.parquet'} is not a readable parquet file" in line, line
+
+
+def test_a_truncated_gsm8k_train_file_names_the_file_and_the_line(tmp_path, capsys):
+    from mrp_repro.tasks.sft import load_sft_records
+
+    f = tmp_path / "gsm8k" / "train.jsonl"
+    f.parent.mkdir()
+    f.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": f"#### {i}"}) for i in range(20)) + "\n")
+    assert len(load_sft_records("gsm8k", data_dir=tmp_path)) == 20
+    _cut(f, 0.55)
+    line = _one_line(lambda: load_sft_records("gsm8k", data_dir=tmp_path), capsys)
+    assert f"{f} line " in line and "is not valid JSON" in line, line
+    f.write_bytes(b'{"question": "caf\xe9", "answer": "#### 1"}\n')
+    line = _one_line(lambda: load_sft_records("gsm8k", data_dir=tmp_path), capsys)
+    assert f"{f} is not UTF-8 text" in line, line
+
+
+# ----------------------------------------------------------------------------- hash before read
+
+
+def _hub_snapshot(cache: Path, repo: str, src: Path, commit: str) -> Path:
+    """A hub-cache snapshot of src as huggingface_hub writes it: *.safetensors as blobs named by their sha256 (LFS),
+    the rest by their git sha1, each file of the snapshot a link to its blob."""
+    base = cache / f"models--{repo.replace('/', '--')}"
+    snap = base / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (base / "blobs").mkdir(exist_ok=True)
+    for f in src.iterdir():
+        if f.name == integrity.MANIFEST:
+            continue
+        data = f.read_bytes()
+        name = hashlib.sha256(data).hexdigest() if f.suffix == ".safetensors" else integrity.git_blob_sha1(f)
+        (base / "blobs" / name).write_bytes(data)
+        (snap / f.name).symlink_to(base / "blobs" / name)
+    (base / "refs").mkdir(exist_ok=True)
+    (base / "refs" / "main").write_text(commit)
+    return snap
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    importlib.reload(huggingface_hub.constants)
+    yield tmp_path / "hub"
+    monkeypatch.undo()
+    importlib.reload(huggingface_hub.constants)
+
+
+def _rewrite_json(link: Path, **changes) -> None:
+    """Change a value in the blob a snapshot file links to (a corruption the blob's name no longer matches)."""
+    blob = link.resolve()
+    cfg = json.loads(blob.read_text())
+    cfg.update(changes)
+    blob.write_text(json.dumps(cfg, indent=2))
+
+
+def test_a_corrupted_hub_config_of_a_released_head_is_named_before_its_value_is_used(tmp_path, tmp_runs, hub_cache):
+    p = load_profile("smoke")
+    bb = stages.random_backbone(p, std=0.2, seed=0)
+    head = MRPHead(bb.model.config, 2, "residual").init_weights("normal", 0.2, torch.Generator().manual_seed(3))
+    out = released.save_released(bb.model, head, tmp_path / "sdar-x-mrp-2lyr", bb.block_size)
+    snap = _hub_snapshot(hub_cache, "heavyball/sdar-x-mrp-2lyr", out, "c" * 40)
+    spec = "heavyball/sdar-x-mrp-2lyr"
+    assert released.load_released_head(spec, bb, num_layers=2)[0].num_layers == 2  # intact: loads
+    _rewrite_json(snap / "config.json", block_size=bb.block_size * 2)
+    with pytest.raises(CheckpointError) as e:
+        released.load_released_head(spec, bb, num_layers=2)
+    msg = str(e.value)
+    assert f"{snap / 'config.json'} has git sha1" in msg and "not its hub blob's name" in msg, msg
+    assert "set block_size" not in msg and str(bb.block_size * 2) not in msg
+
+
+def test_a_corrupted_hub_config_of_a_backbone_is_named_before_it_is_read(tmp_path, hub_cache):
+    from mrp_repro.checkpoint import load_backbone
+
+    p = load_profile("smoke")
+    bb = stages.random_backbone(p, std=0.2, seed=0)
+    src = save_backbone(bb.model, tmp_path / "bb")
+    snap = _hub_snapshot(hub_cache, "org/sdar-x", src, "d" * 40)
+    assert load_backbone("org/sdar-x").config.hidden_size == bb.model.config.hidden_size
+    _rewrite_json(snap / "config.json", model_type="llama")
+    with pytest.raises(CheckpointError) as e:
+        load_backbone("org/sdar-x")
+    msg = str(e.value)
+    assert f"{snap / 'config.json'} has git sha1" in msg and "model_type" not in msg, msg
+
+
+# ----------------------------------------------------------------------------- temporaries of a killed run
+
+
+def test_a_killed_generations_temporary_directory_is_removed_by_the_next(tmp_runs, monkeypatch, capsys):
+    """A SIGKILL leaves atomic_dir's `.checkpoint.<random>.tmp` (no finally runs); the next generation, holding the
+    lock, removes it. The writer is a small stand-in of _write (the real one: tests/test_sdar_mini.py)."""
+    from mrp_repro import sdar_mini
+    from mrp_repro.model import ModelConfig, SDARModel
+
+    parent = tmp_runs / "sdar-mini"
+    stale = parent / ".checkpoint.k1ll3d.tmp"
+    (stale / "backbone").mkdir(parents=True)
+    (stale / "backbone" / "model.safetensors").write_bytes(b"\0" * 1_000_000)  # what a killed write left
+    old = parent / ".checkpoint.x.old"
+    old.mkdir()
+    keep = parent / ".other.tmp"  # not a temporary of the checkpoint: left alone
+    keep.write_text("x")
+    cfg = ModelConfig(**{**sdar_mini.MINI_CONFIG, "vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+                         "head_dim": 4})  # fmt: skip
+
+    def small(out, name, std):
+        save_backbone(SDARModel(cfg), out / "backbone", extra_config={"generator_version": sdar_mini.GENERATOR_VERSION})
+        save_tokenizer(build_tiny_tokenizer("abc"), out / "backbone")
+        integrity.seal(out / "backbone")
+
+    monkeypatch.setattr(sdar_mini, "_write", small)
+    sdar_mini.ensure("runs/sdar-mini/checkpoint/backbone")
+    assert not stale.exists() and not old.exists() and keep.exists()
+    assert f"removed {stale}" in capsys.readouterr().out
+
+
+def test_remove_stale_temps_takes_only_the_targets_temporaries(tmp_path):
+    target = tmp_path / "model"
+    for name in (".model.abc.tmp", ".model.def.old", ".model.abc.tmpx", ".modelx.abc.tmp", "model.abc.tmp"):
+        (tmp_path / name).mkdir()
+    (tmp_path / ".model.f.tmp").write_text("file")
+    gone = sorted(p.name for p in integrity.remove_stale_temps(target))
+    assert gone == [".model.abc.tmp", ".model.def.old", ".model.f.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.abc.tmpx", ".modelx.abc.tmp", "model.abc.tmp"]
+
+
+# ----------------------------------------------------------------------------- modes follow the umask
+
+
+@pytest.fixture(params=[0o002, 0o022, 0o077])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def test_outputs_get_the_modes_the_umask_gives(tmp_path, umask):
+    from mrp_repro.report import tables
+    from mrp_repro.runtime import write_json_atomic
+
+    with integrity.atomic_file(tmp_path / "f.bin") as tmp:
+        tmp.write_bytes(b"x")
+    with integrity.atomic_dir(tmp_path / "d") as tmp:
+        (tmp / "inner").write_text("x")
+    write_json_atomic(tmp_path / "done.json", {"a": 1})
+    tables.save_table(pd.DataFrame({"benchmark": ["x"]}), tmp_path / "figs", "t")
+    want_file, want_dir = 0o666 & ~umask, 0o777 & ~umask
+    got = {p.name: _mode(p) for p in (tmp_path / "f.bin", tmp_path / "done.json", tmp_path / "figs" / "t.csv",
+                                      tmp_path / "figs" / "COLUMNS.md")}  # fmt: skip
+    assert got == dict.fromkeys(got, want_file), (oct(umask), {k: oct(v) for k, v in got.items()})
+    assert _mode(tmp_path / "d") == want_dir, oct(_mode(tmp_path / "d"))
+    assert integrity.file_mode() == want_file and integrity.dir_mode() == want_dir
+
+
+# ----------------------------------------------------------------------------- advice runs as printed
+
+
+def test_reproduces_rerun_advice_is_the_command_with_the_profile_given(tmp_path, tmp_runs, monkeypatch, capsys):
+    """A notebook fails: the printed rerun command names the profile as given (a path with a space here), quoted,
+    and runs as printed: its --profile loads and its --only selects the failed notebook."""
+    from mrp_repro import reproduce
+
+    prof = tmp_path / "my profiles" / "mine.yaml"
+    prof.parent.mkdir()
+    prof.write_text("extends: smoke\nname: mine\n")
+
+    def fail(nb, profile, param, kernel=None, parameters=None):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(reproduce, "run_notebook", fail)
+    assert reproduce.main(["--profile", str(prof), "--only", "00"]) == 1
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if "rerun only this notebook:" in ln)
+    argv = shlex.split(line.split("rerun only this notebook: ", 1)[1])
+    assert argv[:3] == ["python", "-m", "mrp_repro.reproduce"] and "<" not in line, line
+    assert argv[argv.index("--profile") + 1] == str(prof) and argv[argv.index("--only") + 1] == "00"
+    assert load_profile(argv[argv.index("--profile") + 1]).name == "mine"
+    assert [nb.name[:2] for nb in reproduce.notebooks(argv[argv.index("--only") + 1:])] == ["00"]
