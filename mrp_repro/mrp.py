@@ -191,6 +191,7 @@ def load_head(
     *,
     backbone_hash: str | None = None,
     allow_backbone_mismatch: bool = False,
+    rerun: str | None = None,
 ) -> MRPHead:
     """The head saved in `path` (save_head's layout), for a backbone of config `backbone_cfg`.
 
@@ -198,22 +199,21 @@ def load_head(
     on. Given, a head whose recorded backbone_hash differs -- or that records none -- is refused with a
     CheckpointError naming both, even when the shapes match: a head only predicts the residuals of the
     backbone it was trained on. allow_backbone_mismatch=True loads it anyway (e.g. a head deliberately
-    moved to a fine-tuned backbone). Without backbone_hash only the shapes are checked, as before."""
+    moved to a fine-tuned backbone). Without backbone_hash only the shapes are checked, as before. rerun: the
+    command that (re)trains this head, for the advice of an error (stages passes its profile's; default: the
+    command recorded in mrp_config.json, else the stage's command with the profile left to fill in)."""
     path = Path(path)
     meta_path, weights = path / "mrp_config.json", path / "mrp.safetensors"
+    fallback = rerun or "python -m mrp_repro.stages head --profile <profile>"
     if not meta_path.exists() or not weights.exists():
         raise HeadNotFoundError(
-            f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first "
-            "(python -m mrp_repro.stages head --profile <profile>)"
+            f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first ({fallback})"
         )
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"{meta_path} is unreadable ({e}); delete {path} and rerun python -m mrp_repro.stages head "
-            "--profile <profile>"
-        ) from e
-    rerun = meta.get("rerun") or "python -m mrp_repro.stages head --profile <profile>"
+        raise CheckpointError(f"{meta_path} is unreadable ({e}); delete {path} and rerun {fallback}") from e
+    rerun = meta.get("rerun") or fallback
     saved_cfg = ModelConfig(**meta["backbone"])
     if saved_cfg != backbone_cfg:
         raise CheckpointError(f"{path}: this head was trained for backbone {saved_cfg}, not {backbone_cfg}")

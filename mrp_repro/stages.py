@@ -332,6 +332,7 @@ def _load_head(bb: Backbone, out: Path, allow_backbone_mismatch: bool) -> MRPHea
         dtype=m.lm_head.weight.dtype,
         backbone_hash=model_fingerprint(m),
         allow_backbone_mismatch=allow_backbone_mismatch,
+        rerun=HEAD_COMMAND.format(name=bb.profile.cli_arg) if bb.profile is not None else None,
     )
 
 

@@ -298,3 +298,19 @@ def test_reproduces_rerun_advice_is_the_command_with_the_profile_given(tmp_path,
     assert argv[argv.index("--profile") + 1] == str(prof) and argv[argv.index("--only") + 1] == "00"
     assert load_profile(argv[argv.index("--profile") + 1]).name == "mine"
     assert [nb.name[:2] for nb in reproduce.notebooks(argv[argv.index("--only") + 1:])] == ["00"]
+
+
+def test_a_missing_or_unreadable_head_names_the_profiles_command(tmp_path, smoke_profile):
+    """stages loads a head with its profile's command as the advice (it was `--profile <profile>`)."""
+    from mrp_repro.mrp import HeadNotFoundError, save_head
+
+    bb = stages.random_backbone(smoke_profile, std=0.2, seed=0)
+    with pytest.raises(HeadNotFoundError) as e:
+        stages._load_head(bb, tmp_path / "mrp-x", False)
+    assert "python -m mrp_repro.stages head --profile smoke)" in str(e.value) and "<" not in str(e.value)
+    head = MRPHead(bb.model.config, 1, "residual").init_weights("normal", 0.2, torch.Generator().manual_seed(0))
+    save_head(head, tmp_path / "mrp-x" / "head")
+    (tmp_path / "mrp-x" / "head" / "mrp_config.json").write_text("{cut")
+    with pytest.raises(CheckpointError) as e:
+        stages._load_head(bb, tmp_path / "mrp-x", False)
+    assert str(e.value).endswith("and rerun python -m mrp_repro.stages head --profile smoke"), str(e.value)
