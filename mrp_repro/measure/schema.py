@@ -405,8 +405,10 @@ TABLE_COLUMNS: dict[str, str] = {
     "other_control_across_seeds": "claims: the weakest other_control_verdict over every seed run, with the seeds",
     "seed_control_verdicts": "the control-of-record verdict on each seed run of the row, `seed: verdict`",
     "seed_other_control_verdicts": "the other controls' verdict on each seed run of the row, `seed: verdict`",
-    "published_head_rule": "variance: the declared rule that chooses the published head among the head seeds, "
-    "before any decoding",
+    "heldout_baseline_kl": "nats: held-out KL(B ‖ A), the uncorrected baseline of heldout_kl on the same slots",
+    "chosen_by_rule": "variance_heads: True for the head seed report.variance.PUBLISHED_HEAD_RULE chooses (the median "
+    "held-out KL ratio, from training alone, before any decoding)",
+    "published_head": "variance_heads: True for the profile's own seed, the published head",
     "declared": "claims: the claim's statistic, null and control in one line, fixed in report/claims.py before the "
     "numbers (version control)",
     "stat": "claims: the statistic the row's check computed, in the words of its `declared` text",

@@ -16,6 +16,17 @@ Two kinds of seed, each a full re-run of what it covers:
   and noise (its data order is keyed by data.seed, which also picks the evaluation prompts, so it stays), then its
   trajectories and its head. The profile's own seed is the published run of both kinds.
 
+Every control on every seed (issue 35): each seed run decodes, beside MRP's settings (static, dynamic(τ), remask(τ,
+tau), speculative(3, mrp), direct(K), naive_mtp(K)), every no-MRP control of the published run (report.grids'
+controls: the dense dynamic frontier, the random and lowest-confidence vetoes, the untrained head's direct(K), and the
+no-head drafter speculative(3, naive)) with its cost model (head_cost at the decoding batch), so claims.md gives each
+control verdict across seeds (control_across_seeds, other_control_across_seeds).
+
+The published head is chosen by a rule declared before decoding (PUBLISHED_HEAD_RULE: the head seed whose held-out KL
+ratio KL(B‖A+C) / KL(B‖A), from training alone, is the median of the head seeds): `run` trains every head seed first,
+applies the rule and records which seed it chooses beside the published one (variance_heads.{md,csv}); a published
+head the rule does not choose is said so in variance.md's note (republishing is the profile owner's step).
+
 Headlines (HEADLINES), each per task where it has one, on the same prompts for every seed: static accuracy,
 dynamic τ=0.5 accuracy, the largest remasking gain over τ (rule tau, paired against dynamic(τ)), the adjacent-step
 median KL (confidence < 0.99, distance 1), the held-out KL ratio KL(B‖A+C) / KL(B‖A), speculative TPF at K=3.
@@ -23,7 +34,9 @@ variance.{md,csv,tex}: per headline and kind, the published value (the profile's
 prompts, and the across-seed mean, standard deviation, min and max; variance_seeds.csv every seed's value;
 variance.{png,pdf} every seed's value beside the published one.
 
-Cost (tiny, 2 cores): a head seed ~3 min of training + ~1 min of decoding; a backbone seed adds its backbone (9 min
+Cost (tiny, 2 cores): a head seed ~3 min of training + ~1 min of decoding before issue 35 (the controls add the
+dense frontier's 15 dynamic τ, 8 veto decodes with their dry runs, direct(K) and naive_mtp(K) at 4 K, the untrained
+head and the no-head drafter: a few minutes more per seed, not yet measured); a backbone seed adds its backbone (9 min
 on 2 free cores, 22.7 min in a clean `make reproduce`) and its trajectories. docs/ablations.md has the measured times.
 """
 
@@ -45,8 +58,8 @@ from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
 from mrp_repro.report import verdicts
 
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
-           "seed_results", "SEED_CLAIMS", "ALL_SEEDS", "CLAIM_COLUMNS", "claims_across_seeds",
-           "load_claims_across_seeds",
+           "seed_results", "SEED_CLAIMS", "CONTROL_ONLY_CLAIMS", "ALL_SEEDS", "CLAIM_COLUMNS", "claims_across_seeds",
+           "load_claims_across_seeds", "PUBLISHED_HEAD_RULE", "HEAD_COLUMNS", "rule_choice",
            "spread_table", "plot_spread", "run", "main"]  # fmt: skip
 
 #: headline -> what it is (its unit); the variance table's rows
@@ -68,17 +81,29 @@ SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
 HEAD, BACKBONE = "head seeds", "backbone seeds"
 #: the seed_kind of variance_claims' rows judged over every seed run: the published one, then both kinds' others
 ALL_SEEDS = verdicts.ALL_SEEDS
-#: the claims judged on every seed (variance_claims.*, and claims.md's across-seeds column): each reads only what a
-#: seed run measures (static, dynamic(τ), remask(τ, tau), speculative(3, mrp) at the decoding batch size, the head's
-#: curve, adjacent steps at distance 1). The rest read grids a seed does not decode (lookahead, direct, matched
-#: speed; speculative-speedup's measurement of record is the batch-1 grid's wall clock) and are not judged across
-#: seeds. A seed's adjacent-similar check has no random-init rows: the random inits do not depend on the seed, and
-#: the published run's fail the statistic (claims.md).
+#: the claims judged on every seed (variance_claims.*, and claims.md's across-seeds columns): each reads only what a
+#: seed run measures (_settings: MRP's settings and every control, at the decoding batch size; the head's curve;
+#: adjacent steps at distance 1), their controls too. Not judged: the package's own rules (a seed decodes rule tau
+#: only) and the wall-clock gate's passes (so a wall-clock verdict claims.md reads "not measurable here" is another
+#: test across seeds: not attached). A seed's adjacent-similar check has no random-init rows: the random inits do not
+#: depend on the seed, and the published run's fail the statistic (claims.md).
 SEED_CLAIMS = ("adjacent-similar", "mrp-fits-residual", "speculative-lossless", "speculative-accuracy",
-               "remask-recovers", "remask-max-gain", "remask-gain-shrinks")  # fmt: skip
+               "speculative-speedup", "direct-tradeoff", "naive-mtp-collapses", "mrp-graceful", "remask-recovers",
+               "remask-max-gain", "remask-gain-shrinks", "remask-equal-speed", "direct-equal-speed")  # fmt: skip
+#: claims whose verdict a seed run measures otherwise than claims.md (speculative-speedup: claims.md reads the batch-1
+#: grid's wall clock, a seed its decoding batch): only their controls are judged across seeds (the weighted-TPF
+#: ratio to the no-head drafter is a TPF measure, the batch's head_cost its charge)
+CONTROL_ONLY_CLAIMS = ("speculative-speedup",)
 _CLAIMS = ("id", "scope", "seed_kind", "seeds", "seed_verdicts", "verdict_across_seeds", "robust", "robust_reason",
-           "declared")
+           "declared", "seed_control_verdicts", "control_across_seeds", "seed_other_control_verdicts",
+           "other_control_across_seeds")
+#: the rule that chooses the published head among the head seeds, declared before any decoding (issue 35)
+PUBLISHED_HEAD_RULE = ("the head seed whose held-out KL ratio KL(B‖A+C) / KL(B‖A) (the head's metrics.json, from "
+                       "training alone) is the median of the head seeds (an even count: the lower of the two middle "
+                       "ones; ties: the lower seed)")
+_HEADS = ("seed", "heldout_kl", "heldout_baseline_kl", "heldout_kl_ratio", "chosen_by_rule", "published_head")
 CLAIM_COLUMNS = {c: TABLE_COLUMNS[c] for c in _CLAIMS}
+HEAD_COLUMNS = {c: TABLE_COLUMNS[c] for c in _HEADS}
 
 
 # ----------------------------------------------------------------------------- robustness
@@ -117,12 +142,27 @@ def robust_verdict(verdicts: Sequence[str]) -> Robustness:
 
 
 def _settings(P, head):
-    from mrp_repro.decoding import Dynamic, Remask, Speculative, Static
+    """A seed run's settings: MRP's (static, dynamic(τ) and remask(τ, tau) at every remasking τ, speculative(3, mrp),
+    direct(K) at the direct steps and every lookahead K, naive_mtp(K)) and every no-MRP control beside them (the
+    no-head drafter speculative(3, naive); report.grids.control_settings: the dense frontier, both vetoes, the
+    untrained head), in that order; the control rows are seed_results' controls_runs."""
+    from mrp_repro.decoding import Direct, Dynamic, NaiveLookahead, Remask, Speculative, Static
+    from mrp_repro.report.grids import control_settings
 
-    taus = sorted({0.5, 0.3, *P.decoding.thresholds}, reverse=True)
+    d = P.decoding
+    taus = sorted({0.5, 0.3, *d.thresholds}, reverse=True)
     out = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
     out += [("remask", Remask(t, "tau", head=head)) for t in taus]
-    return out + [("speculative", Speculative(3, "mrp", head=head, verify=P.decoding.verify))]
+    out += [("speculative", Speculative(3, dr, head=head, verify=d.verify)) for dr in ("mrp", "naive")]
+    out += [("direct", Direct(k, head=head)) for k in sorted({1, 2, *d.lookahead_k})]
+    out += [("naive", NaiveLookahead(k + 1)) for k in d.lookahead_k]
+    return out + [x for x in control_settings(P, head) if x[0] != "static"]
+
+
+def _control_names(P, head) -> set[str]:
+    from mrp_repro.report.grids import control_settings
+
+    return {p.name for m, p in control_settings(P, head) if m != "static"}
 
 
 def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n_boot: int = 1000,
@@ -231,11 +271,27 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
                          .encode()).hexdigest()[:12]  # fmt: skip
     runs = _csv_cached(d / f"runs-{key}.csv", lambda: collect_runs(Pe, bb, head, n_prompts=n_prompts,
                                                                    settings=settings))  # fmt: skip
+    cost = _cost_cached(d / f"cost-{key}-b{Pe.decoding.batch_size}.csv", Pe, bb, head)
     adj = _csv_cached(d / f"adjacent-{hdir.name}.csv", lambda: adjacent_step_similarity(
         bb, eval_problems(Pe, n=32), max_distance=1, random_baseline=False))
     ev = Pe.evaluation
-    values = headline_values(runs, adj, metrics, ev.bootstrap_samples, ev.ci)
-    return {"runs": runs, "adjacent": adj, "metrics": metrics, "head_dir": hdir, "values": values}
+    values = headline_values(runs[~runs["setting"].isin(_control_names(Pe, head))], adj, metrics,
+                             ev.bootstrap_samples, ev.ci)  # fmt: skip
+    return {"runs": runs, "adjacent": adj, "metrics": metrics, "head_dir": hdir, "values": values, "cost_model": cost,
+            "controls": sorted(_control_names(Pe, head))}
+
+
+def _cost_cached(path: Path, P, bb, head) -> pd.DataFrame:
+    """The seed's cost model at the decoding batch size (measure.cost.run_cost_model: head_cost charges head calls
+    in the weighted-TPF controls), as the cost_model result frame notebook 07 stores."""
+    from mrp_repro.measure.cost import run_cost_model
+
+    def compute():
+        c = run_cost_model(P, bb, head, batch=P.decoding.batch_size)
+        return pd.DataFrame([{"batch_size": c["batch"], "head_cost": c["head_cost"], "t_forward_s": c["t_forward_s"],
+                              "source": c["source"]}])  # fmt: skip
+
+    return _csv_cached(path, compute)
 
 
 def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None,
@@ -248,12 +304,20 @@ def seed_results(P, kind: str, s: int, n_prompts: int | None = None, bb=None,
 
     r = run if run is not None else seed_run(P, kind, s, n_prompts, bb=bb)  # run: that seed_run, already loaded
     runs, ev = r["runs"], P.evaluation
-    return {"backbone_runs": runs[runs["mode"].isin(["static", "dynamic"])].reset_index(drop=True),
-            "backbone": paper.backbone_table(runs, ev.bootstrap_samples, ev.ci),
-            "remasking_runs": runs[runs["mode"].isin(["dynamic", "remask"])].reset_index(drop=True),
-            "speculative_runs": runs[runs["mode"].isin(["static", "speculative"])].reset_index(drop=True),
-            "adjacent": r["adjacent"],
-            "mrp_curve": paper.mrp_curve_frame(r["head_dir"] / "loss_curve.csv")}  # fmt: skip
+    is_ctl = runs["setting"].isin(set(r.get("controls", ())))
+    static = runs[runs["mode"] == "static"]
+    mrp = runs[~is_ctl].reset_index(drop=True)  # the modes grid's part: MRP's settings and their own baselines
+    out = {"backbone_runs": mrp[mrp["mode"].isin(["static", "dynamic"])].reset_index(drop=True),
+           "backbone": paper.backbone_table(mrp, ev.bootstrap_samples, ev.ci),
+           "modes_runs": mrp, **paper.split_runs(mrp),
+           "speculative_runs": runs[runs["mode"].isin(["static", "speculative"])].reset_index(drop=True),
+           "adjacent": r["adjacent"],
+           "mrp_curve": paper.mrp_curve_frame(r["head_dir"] / "loss_curve.csv")}  # fmt: skip
+    if is_ctl.any():  # a seed run cached before issue 35 decoded no control: none here
+        out["controls_runs"] = pd.concat([static, runs[is_ctl]], ignore_index=True)
+    if r.get("cost_model") is not None:
+        out["cost_model"] = r["cost_model"]
+    return out
 
 
 def claims_across_seeds(reports: dict[tuple[str, int], pd.DataFrame], published_seed: int) -> pd.DataFrame:
@@ -263,8 +327,14 @@ def claims_across_seeds(reports: dict[tuple[str, int], pd.DataFrame], published_
     measured there."""
     from mrp_repro.report.verdicts import NA
 
+    def col(r, c):
+        v = getattr(r, c, "")
+        return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
     verdicts = {k: {(r.id, r.scope): r.verdict for r in rep[rep["id"].isin(SEED_CLAIMS)].itertuples()}
                 for k, rep in reports.items()}  # fmt: skip
+    controls = {c: {k: {(r.id, r.scope): col(r, c) for r in rep[rep["id"].isin(SEED_CLAIMS)].itertuples()}
+                    for k, rep in reports.items()} for c in ("control_verdict", "other_control_verdict")}
     # the declared test each verdict was judged by: claims.md attaches an across-seeds verdict only to the same test
     declared = {r.id: getattr(r, "declared", "") for rep in reports.values() for r in rep.itertuples()}
     keys = list(dict.fromkeys(key for v in verdicts.values() for key in v))
@@ -276,16 +346,57 @@ def claims_across_seeds(reports: dict[tuple[str, int], pd.DataFrame], published_
     def label(m, kind):
         return str(m[1]) if kind != ALL_SEEDS or m == pub else f"{m[0].split()[0]} {m[1]}"
 
+    def across(vs, ms, kind):
+        """(per-seed text, weakest (reason)) of one verdict column; blank where no seed has a verdict there."""
+        if not any(vs):
+            return "", ""
+        vs = [v or NA for v in vs]
+        rb = robust_verdict(vs)
+        per = "; ".join(f"{label(m, kind)}: {v}" for m, v in zip(ms, vs, strict=True))
+        return per, f"{rb.verdict} ({rb.reason})"
+
     rows = []
     for cid, scope in sorted(keys, key=lambda k: SEED_CLAIMS.index(k[0])):
         for kind, ms in members.items():
             vs = [verdicts[m].get((cid, scope), NA) for m in ms]
             rb = robust_verdict(vs)
-            rows.append({"id": cid, "scope": scope, "seed_kind": kind, "seeds": " ".join(label(m, kind) for m in ms),
-                         "seed_verdicts": "; ".join(f"{label(m, kind)}: {v}" for m, v in zip(ms, vs, strict=True)),
-                         "verdict_across_seeds": rb.verdict, "robust": rb.robust, "robust_reason": rb.reason,
-                         "declared": declared.get(cid, "")})
+            c_per, c_all = across([controls["control_verdict"][m].get((cid, scope), "") for m in ms], ms, kind)
+            o_per, o_all = across([controls["other_control_verdict"][m].get((cid, scope), "") for m in ms], ms, kind)
+            row = {"id": cid, "scope": scope, "seed_kind": kind, "seeds": " ".join(label(m, kind) for m in ms),
+                   "seed_verdicts": "; ".join(f"{label(m, kind)}: {v}" for m, v in zip(ms, vs, strict=True)),
+                   "verdict_across_seeds": rb.verdict, "robust": rb.robust, "robust_reason": rb.reason,
+                   "declared": declared.get(cid, ""), "seed_control_verdicts": c_per, "control_across_seeds": c_all,
+                   "seed_other_control_verdicts": o_per, "other_control_across_seeds": o_all}
+            if cid in CONTROL_ONLY_CLAIMS:  # another measurement of the verdict itself: only its controls across seeds
+                row.update(seed_verdicts="", verdict_across_seeds="", robust="", robust_reason="")
+            rows.append(row)
     return pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+
+
+def rule_choice(ratios: dict[int, float]) -> int:
+    """PUBLISHED_HEAD_RULE: the seed whose held-out KL ratio is the median of `ratios` (seed -> ratio); an even count
+    takes the lower of the two middle ones, ties the lower seed."""
+    if not ratios:
+        raise ValueError("rule_choice: no head seeds")
+    order = sorted(ratios, key=lambda s: (ratios[s], s))
+    return order[(len(order) - 1) // 2]
+
+
+def head_choice(P, bb, head_seeds, progress: bool = False) -> pd.DataFrame:
+    """Every head seed trained (cached), before any decoding, and PUBLISHED_HEAD_RULE applied: HEAD_COLUMNS, one row
+    per seed (chosen_by_rule: the rule's seed; published_head: the profile's own seed, the published head)."""
+    rows = {}
+    for s in head_seeds:
+        _, hdir = _head_seed(P, bb, s, progress)
+        m = json.loads((hdir / "metrics.json").read_text())
+        base = m.get("heldout_baseline_kl") or math.nan
+        rows[s] = dict(seed=s, heldout_kl=m.get("heldout_kl", math.nan), heldout_baseline_kl=base,
+                       heldout_kl_ratio=m.get("heldout_kl", math.nan) / base)
+    chosen = rule_choice({s: r["heldout_kl_ratio"] for s, r in rows.items()})
+    out = pd.DataFrame([{**r, "chosen_by_rule": s == chosen, "published_head": s == P.seed} for s, r in rows.items()],
+                       columns=list(_HEADS))  # fmt: skip
+    out.attrs["chosen"] = chosen
+    return out
 
 
 def load_claims_across_seeds(directory) -> pd.DataFrame | None:
@@ -368,7 +479,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     from mrp_repro import stages
     from mrp_repro.report import tables
     from mrp_repro.report.plots import save_figure
-    from mrp_repro.runtime import seed_everything
+    from mrp_repro.runtime import seed_everything, set_num_threads
 
     P = profile
     seed_everything(P.seed)
@@ -378,6 +489,11 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     rows, timing, reports = [], [], {}
     ev = P.evaluation
     bb = stages.backbone(P, progress=progress) if head_seeds else None
+    heads = None
+    if head_seeds:  # every head trained, and the published head's rule applied, before anything is decoded
+        set_num_threads(threads)
+        heads = head_choice(P, bb, head_seeds, progress)
+        print(f"[variance] {PUBLISHED_HEAD_RULE}: head seed {heads.attrs['chosen']} (published: {P.seed})", flush=True)
     for kind, seeds in ((HEAD, head_seeds), (BACKBONE, backbone_seeds)):
         for s in seeds:
             ts = time.perf_counter()
@@ -386,7 +502,8 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             found = claims.tables_from_results(seed_results(P, kind, s, run=r), n_boot=ev.bootstrap_samples,
                                                ci=ev.ci)  # fmt: skip
             reports[(kind, s)] = claims.check_claims(found, numeric=claims.is_numeric_profile(P),
-                                                     paper_model=P.paper.model, n_boot=ev.bootstrap_samples, ci=ev.ci)
+                                                     paper_model=P.paper.model, n_boot=ev.bootstrap_samples, ci=ev.ci,
+                                                     frontier_max_gap=P.decoding.frontier_max_gap)  # fmt: skip
             timing.append((kind, s, time.perf_counter() - ts))
             print(f"[variance] {kind} {s}: {timing[-1][2]:.0f}s ({r['head_dir'].name})", flush=True)
     per_seed = pd.DataFrame(rows, columns=list(SEED_COLUMNS))
@@ -397,6 +514,15 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     note = (f"Published = the profile's seed {P.seed} (its backbone and head); {n} prompts per task; head seeds {hs}, "
             f"backbone seeds {bs}. CIs: bootstrap over prompts of the published run; std over seeds. Columns: "
             "docs/ablations.md.")
+    if heads is not None:
+        chosen = heads.attrs["chosen"]
+        note += (f" The published head's rule, declared before decoding (variance.PUBLISHED_HEAD_RULE: {PUBLISHED_HEAD_RULE}),"
+                 f" chooses head seed {chosen}: " + ("the published head." if chosen == P.seed else
+                 f"not the published head (seed {P.seed}); republishing head seed {chosen} is the profile's next step "
+                 "(variance_heads.md)."))  # fmt: skip
+        tables.save_table(heads, figs, "variance_heads", digits=4, note=(
+            f"Every head seed's held-out KL on its own held-out split (metrics.json, training only: nothing decoded) "
+            f"and the seed the declared rule chooses ({PUBLISHED_HEAD_RULE})."))
     tables.save_table(table, figs, "variance", digits=4, note=note)
     tables.write_csv(per_seed, figs / "variance_seeds.csv")
     across = claims_across_seeds(reports, P.seed)
@@ -417,7 +543,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-    return {"table": table, "per_seed": per_seed, "claims": across, "timing": timing,
+    return {"table": table, "per_seed": per_seed, "claims": across, "timing": timing, "heads": heads,
             "seconds": time.perf_counter() - t0}
 
 

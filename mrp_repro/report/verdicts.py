@@ -146,6 +146,8 @@ def with_across_seeds(report: pd.DataFrame, across: pd.DataFrame | None) -> pd.D
                 per = getattr(hit, seeds_col, "")
                 if per and str(r.get(mine, "")) and _published_seed_verdict(per) == r.get(mine, ""):
                     out.at[i, col] = f"{getattr(hit, across_col)} ({hit.seeds})"
+            if not str(getattr(hit, "seed_verdicts", "")):  # judged across seeds for its controls only
+                continue
             if _published_seed_verdict(getattr(hit, "seed_verdicts", "")) != r["verdict"]:
                 # the seed runs' check of the published run gives another verdict than this row's (a seed run
                 # without a grid this run has, e.g. the wall-clock checks): across seeds it is another test
