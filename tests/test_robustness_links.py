@@ -188,3 +188,17 @@ def test_a_checkpoint_file_and_directory_replace_links(tmp_path, victim, smoke_p
         (tmp / "new").write_text("new")
     assert not link.is_symlink() and (link / "new").read_text() == "new"
     assert [p.name for p in outside.iterdir()] == ["keep"]  # the directory the link pointed to: untouched
+
+
+def test_claims_md_and_csv_replace_a_link_instead_of_writing_through_it(tmp_path, victim, monkeypatch):
+    from mrp_repro.report import verdicts
+
+    monkeypatch.setattr(verdicts, "report_markdown", lambda *a, **k: "# claims\n")  # the write is what is tested
+    monkeypatch.setattr(verdicts, "with_across_seeds", lambda report, across: report)
+    d = tmp_path / "figures" / "smoke"
+    d.mkdir(parents=True)
+    (d / "claims.md").symlink_to(victim)
+    (d / "claims.csv").symlink_to(victim)
+    verdicts.write_report(pd.DataFrame({"id": ["x"]}), d, "smoke", numeric=False)
+    _intact(victim)
+    assert (d / "claims.md").read_text() == "# claims\n" and (d / "claims.csv").read_text().startswith("id")

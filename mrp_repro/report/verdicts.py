@@ -369,6 +369,8 @@ def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bo
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     md = d / "claims.md"
-    md.write_text(report_markdown(report, profile_name, numeric, paper_model, across))
-    with_across_seeds(report, across).to_csv(d / "claims.csv", index=False)
+    from mrp_repro.report.tables import write_csv, write_text  # renamed into place: links replaced, not followed
+
+    write_text(md, report_markdown(report, profile_name, numeric, paper_model, across))
+    write_csv(with_across_seeds(report, across), d / "claims.csv")
     return md
