@@ -5,6 +5,7 @@
     stats.paired_diff(a, b)                                 # mean(a - b), its CI, a two-sided p
     stats.ratio_ci(tok_m, wall_m, tok_s, wall_s)            # (tokens/s of m) / (tokens/s of s), paired
     stats.summarize(runs)                                   # one row per setting, percent, *_lo / *_hi
+    stats.clock_ci(ratio, ratio_lo, ratio_hi, pass_speedups)  # a wall-clock ratio's CI with the clock's noise in it
 
 Percentile bootstrap over items (prompts), seeded. Accuracy-like numbers are in percent, every CI is a
 pair of columns ``<metric>_lo`` / ``<metric>_hi``.
@@ -20,7 +21,8 @@ import pandas as pd
 
 from mrp_repro.measure.schema import SETTING_KEYS, require
 
-__all__ = ["bootstrap_ci", "mean_ci", "paired_diff", "ratio_ci", "summarize", "upstream_tpf", "SUMMARY_NEEDS"]
+__all__ = ["bootstrap_ci", "mean_ci", "paired_diff", "ratio_ci", "summarize", "upstream_tpf", "SUMMARY_NEEDS",
+           "median_pass", "pass_deviation_ci", "clock_ci"]
 
 
 def _boot_idx(n: int, n_boot: int, seed: int) -> np.ndarray:
@@ -91,6 +93,59 @@ def ratio_ci(num_m, den_m, num_s, den_s, n_boot: int = 1000, ci: float = 0.95, s
         return (point, point, point)
     r = ratio(_boot_idx(n, n_boot, seed))
     return (point, *_quantiles(r[np.isfinite(r)], ci))
+
+
+# ----------------------------------------------------------------------------- clock noise
+
+
+def median_pass(values) -> float:
+    """The median pass of repeated timings: the lower median (an actual pass, also for an even count), so that passes
+    spread further from it leave it where it is; NaN when none is finite and positive."""
+    v = np.sort(_positive(values))
+    return float(v[(v.size - 1) // 2]) if v.size else math.nan
+
+
+def _positive(values) -> np.ndarray:
+    v = np.asarray(values, dtype=float).ravel()
+    return v[np.isfinite(v) & (v > 0)]
+
+
+def pass_deviation_ci(pass_values, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """(lo, hi), in log space, lo <= 0 <= hi: how far one pass's value falls from the median pass (median_pass),
+    resampling the passes (a pass drawn at random per replicate; quantiles taken at order statistics, no
+    interpolation). One pass, not the mean of the passes: a grid's timing is itself one pass of its settings.
+    Monotone in the clock's noise: passes that each lie further from the median pass (on the same side) never give
+    a narrower interval. (nan, nan) with fewer than 2 passes: no clock measured."""
+    v = _positive(pass_values)
+    if v.size < 2:
+        return (math.nan, math.nan)
+    d = np.log(v) - math.log(median_pass(v))
+    draws = d[np.random.default_rng(seed).integers(0, v.size, size=max(n_boot, 1))]
+    a = (1 - ci) / 2
+    lo = float(np.quantile(draws, a, method="lower"))
+    hi = float(np.quantile(draws, 1 - a, method="higher"))
+    return (min(lo, 0.0), max(hi, 0.0))
+
+
+def clock_ci(point: float, lo: float, hi: float, pass_values, n_boot: int = 1000, ci: float = 0.95,
+             seed: int = 0) -> tuple[float, float]:  # fmt: skip
+    """(lo, hi) of a wall-clock ratio with the clock's noise in it: its prompt CI `lo`-`hi` around `point` (ratio_ci:
+    prompts resampled) and the repeated passes' spread (pass_deviation_ci: passes resampled), two independent
+    sources of error added in quadrature on the log scale (half-width sqrt(prompt**2 + clock**2) on each side).
+    The quadrature of the two intervals, not the quantiles of a joint bootstrap: those can narrow when a pass moves
+    away from the others (a replicate pairing a slow pass with a fast prompt draw), this cannot. Without at least 2
+    passes the prompt CI is returned as it is (no clock measured: the caller says so)."""
+    c_lo, c_hi = pass_deviation_ci(pass_values, n_boot, ci, seed)
+    if not (math.isfinite(point) and point > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        return (lo, hi)
+    if math.isnan(c_lo):
+        return (lo, hi)
+    lp = math.log(point)
+    p_lo = lp - math.log(lo) if lo > 0 else math.inf
+    p_hi = math.log(hi) - lp if hi > 0 else 0.0
+    w_lo = math.hypot(max(p_lo, 0.0), c_lo)
+    w_hi = math.hypot(max(p_hi, 0.0), c_hi)
+    return (math.exp(lp - w_lo), math.exp(lp + w_hi))
 
 
 #: the modes whose outputs are token-identical to static(1) by construction: `lossless` checks them

@@ -1,9 +1,12 @@
-"""Wall clock that can be trusted, or no verdict on it: repeated interleaved passes, three sanity checks, the gate.
+"""Wall clock that can be trusted, or no verdict on it: repeated interleaved passes, three sanity checks, the gate,
+one measurement of record per decode.
 
     from mrp_repro.report import wallclock
     passes = wallclock.repeated_passes(P, bb, head)      # 05: R interleaved passes of the speed verdicts' settings
-    checks = wallclock.checks_table(results)             # one row per (check, benchmark, algorithm, setting, batch)
+    checks = wallclock.checks_table(results)             # a row per (check, grid, benchmark, algorithm, setting, batch)
     outs = wallclock.gate("speculative-speedup", outs, checks)   # report.claims: a failed check -> not measurable
+    record = wallclock.record_table(results, checks)     # one row per decode: the measurement of record and its gate
+    t = wallclock.mark_clock(table, "modes_runs", record)  # + clock_gate, clock_record; other grids' numbers replaced
     t = wallclock.with_weighted_forwards(table, runs, head_cost)  # + weighted_forwards, weighted_tpf
 
 A speed verdict is only as good as the clock under it. On a shared 2-core CPU one pass of a grid can be slowed
@@ -18,12 +21,25 @@ Every speed verdict therefore passes three checks first, each declared here befo
 - ``agreement``: two grids that time the same decode (same benchmark, algorithm, setting and batch size: never a
   batch-1 speedup against a batch-32 one) must give speedup CIs that overlap.
 - ``repeatable``: the setting's speedup over static in PASSES repeated interleaved passes (each pass times every
-  setting once, in a rotated order) must reproduce the grid's: the grid's CI overlaps the passes' range, and a
-  direction the grid's CI shows (all above or all below 1) holds in every pass. With 5 passes the range
-  [min, max] is a 94% interval for the median pass (1 - 2 / 2^5).
+  setting once, in a rotated order). Three parts, none of which a noisier clock makes easier to pass:
+  *agree*: the median pass (stats.median_pass) lies within the grid's prompt CI widened by REPEAT_TOL on each side
+  (the passes time fewer prompts, REPEAT_TOL allows their mix; this does not widen with the passes' spread);
+  *direction*: a direction the grid's prompt CI shows (all above or all below 1) holds in every pass and on the
+  clock-inclusive CI. The clock-inclusive CI (stats.clock_ci) adds the passes' spread (one pass about the median
+  pass, passes resampled) to the prompt CI (prompts resampled) in quadrature on the log scale: passes that spread
+  more widen it, so a direction is harder to keep, never easier. (The check it replaces asked the grid's CI to
+  overlap the passes' [min, max], which is easier the noisier the passes.)
 
 `gate` turns the verdict of a speed claim whose checks fail into NOT_MEASURABLE ("not measurable here"), naming the
 failed check; the claim's numbers stay in its row.
+
+One number per decode. A decode (benchmark, algorithm, setting, batch size) timed by several grids (static(1) at
+the decoding batch is in backbone_runs, modes_runs and controls_runs) has one measurement of record: the grid first
+in RECORD_ORDER that decodes it (record_table, written as clock_record.md), its tokens/s, its speedup with the prompt
+and the clock-inclusive CI, and its gate (`clock_gate`: passed, failed: <checks>, unchecked: not re-timed by the
+passes, or reference for static). mark_clock gives every table that shows a wall-clock number the columns
+`clock_gate` and `clock_record` (the grid the numbers are from) and replaces a number timed by another grid with the
+record's, so no decode shows two speeds.
 """
 
 from __future__ import annotations
@@ -31,12 +47,14 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import pandas as pd
 
 from mrp_repro.measure import stats
 
-__all__ = ["PASSES", "CEILING_SLACK", "SPEED_CLAIMS", "CHECK_COLUMNS", "speed_settings", "repeated_passes",
-           "pass_decodes", "pass_speedups", "checks_table", "gate", "with_weighted_forwards"]  # fmt: skip
+__all__ = ["PASSES", "CEILING_SLACK", "REPEAT_TOL", "SPEED_CLAIMS", "CHECK_COLUMNS", "RECORD_ORDER", "RECORD_COLUMNS",
+           "WALL_COLUMNS", "speed_settings", "repeated_passes", "pass_decodes", "pass_speedups", "pass_values",
+           "repeatable", "checks_table", "gate", "record_table", "mark_clock", "with_weighted_forwards"]  # fmt: skip
 
 #: interleaved passes per setting (the range of 5 is a 94% interval for the median pass)
 PASSES = 5
@@ -45,11 +63,22 @@ PASS_PROMPTS_BATCH1 = 8
 PASS_BATCHES = 1
 #: a measured speedup may exceed its forward-count ceiling by this share (commit forwards cost a little less)
 CEILING_SLACK = 0.05
+#: repeatable: the median pass may lie this share outside the grid's prompt CI (the passes time fewer prompts)
+REPEAT_TOL = 0.10
 #: the claims judged on wall clock -> the scopes of their rows that are (None: every row)
 SPEED_CLAIMS = {"speculative-speedup": None, "direct-tradeoff": None, "remask-equal-speed": "wall_speedup",
                 "direct-equal-speed": "wall_speedup"}  # fmt: skip
-CHECK_COLUMNS = ["sanity_check", "benchmark", "algorithm", "setting", "batch_size", "speedup", "speedup_lo",
-                 "speedup_hi", "check_reference", "check_passed", "check_detail"]  # fmt: skip
+CHECK_COLUMNS = ["sanity_check", "grid", "benchmark", "algorithm", "setting", "batch_size", "speedup", "speedup_lo",
+                 "speedup_hi", "speedup_clock", "speedup_clock_lo", "speedup_clock_hi", "check_reference",
+                 "check_passed", "check_detail"]  # fmt: skip
+#: the grids that time decodes, in the order that picks a decode's measurement of record (the first that has it at
+#: its batch size): the latency grid at batch 1, then the grid of every mode, the controls, the backbone's
+RECORD_ORDER = ("speculative_runs", "modes_runs", "controls_runs", "backbone_runs")
+RECORD_COLUMNS = ["benchmark", "algorithm", "setting", "batch_size", "clock_record", "clock_grids", "n", "tokens_per_s",
+                  "speedup", "speedup_lo", "speedup_hi", "speedup_clock", "speedup_clock_lo", "speedup_clock_hi",
+                  "passes", "clock_gate"]  # fmt: skip
+#: columns that show a wall-clock number (with their _lo / _hi): mark_clock marks every row that has one
+WALL_COLUMNS = ("tokens_per_s", "speedup", "throughput_speedup")
 
 
 # ----------------------------------------------------------------------------- which settings a speed verdict reads
@@ -148,16 +177,63 @@ def pass_decodes(profile, head, passes: int = PASSES) -> dict:
     return {"passes": extra, "grids": (spec + modes) * n_bench}
 
 
-def pass_speedups(passes: pd.DataFrame) -> pd.DataFrame:
-    """Per (benchmark, batch_size, algorithm, setting): the speedup over the same algorithm's static in each pass
-    (tokens/s over static's tokens/s of that pass), summarized as median, min and max over the passes."""
+def _pass_frame(passes: pd.DataFrame) -> pd.DataFrame:
+    """The passes' non-static rows with `pass_speedup`: tokens/s over the same algorithm's static in that pass."""
     p = passes.assign(tps=passes["tokens"] / passes["wall_s"])
     keys = ["benchmark", "batch_size", "algorithm"]
     static = p[p["mode"] == "static"].set_index(keys + ["repeat"])["tps"]
     p["pass_speedup"] = [r.tps / static.get((r.benchmark, r.batch_size, r.algorithm, r.repeat), math.nan)
                          for r in p.itertuples()]  # fmt: skip
-    g = p[p["mode"] != "static"].groupby(keys + ["setting"], sort=False)["pass_speedup"]
-    return pd.DataFrame({"median": g.median(), "min": g.min(), "max": g.max(), "passes": g.size()}).reset_index()
+    return p[p["mode"] != "static"]
+
+
+def pass_speedups(passes: pd.DataFrame) -> pd.DataFrame:
+    """Per (benchmark, batch_size, algorithm, setting): the speedup over the same algorithm's static in each pass
+    (tokens/s over static's tokens/s of that pass), summarized as the median pass (stats.median_pass: an actual pass,
+    the lower median for an even count), min and max over the passes."""
+    keys = ["benchmark", "batch_size", "algorithm"]
+    g = _pass_frame(passes).groupby(keys + ["setting"], sort=False)["pass_speedup"]
+    return pd.DataFrame({"median": g.agg(stats.median_pass), "min": g.min(), "max": g.max(),
+                         "passes": g.size()}).reset_index()  # fmt: skip
+
+
+def pass_values(passes: pd.DataFrame) -> dict:
+    """(benchmark, algorithm, setting, batch_size) -> the per-pass speedups (an array, in pass order)."""
+    p = _pass_frame(passes).sort_values("repeat", kind="stable")
+    return {(b, a, s, int(bs)): g["pass_speedup"].to_numpy(float)
+            for (b, a, s, bs), g in p.groupby(["benchmark", "algorithm", "setting", "batch_size"], sort=False)}
+
+
+def repeatable(speedup: float, lo: float, hi: float, pass_speedup, n_boot: int = 1000, ci: float = 0.95,
+               seed: int = 0, tol: float = REPEAT_TOL) -> dict:  # fmt: skip
+    """The repeatable check of one grid speedup (`speedup` [`lo`, `hi`], its prompt CI) against its repeated passes
+    (`pass_speedup`, one per pass): {passed, agree, direction, median, min, max, passes, clock_lo, clock_hi, why}.
+    agree: the median pass within [lo / (1 + tol), hi * (1 + tol)]; direction: a direction the prompt CI shows
+    holds in every pass and on the clock-inclusive CI (clock_lo, clock_hi: stats.clock_ci). No part of it is easier
+    to pass for passes that lie further from the median pass (tests/test_clock_gate.py)."""
+    v = np.asarray(pass_speedup, dtype=float)
+    v = v[np.isfinite(v)]
+    med = stats.median_pass(v)
+    c_lo, c_hi = stats.clock_ci(speedup, lo, hi, v, n_boot, ci, seed)
+    out = dict(median=med, min=float(v.min()) if v.size else math.nan, max=float(v.max()) if v.size else math.nan,
+               passes=int(v.size), clock_lo=c_lo, clock_hi=c_hi)  # fmt: skip
+    if v.size < 2 or not math.isfinite(med):
+        return {**out, "passed": False, "agree": False, "direction": False, "why": f"{v.size} pass(es): no clock"}
+    agree = lo / (1 + tol) <= med <= hi * (1 + tol)
+    if lo > 1:
+        direction = bool((v > 1).all() and c_lo > 1)
+    elif hi < 1:
+        direction = bool((v < 1).all() and c_hi < 1)
+    else:
+        direction = True  # the grid shows no direction: nothing for the passes to keep
+    why = []
+    if not agree:
+        why.append(f"the median pass {med:.2f}× is outside the grid's CI ±{tol:.0%}")
+    if not direction:
+        side = "above" if lo > 1 else "below"
+        why.append(f"the grid's CI is {side} 1 but a pass or the clock-inclusive CI [{c_lo:.2f}, {c_hi:.2f}] is not")
+    return {**out, "passed": bool(agree and direction), "agree": bool(agree), "direction": direction,
+            "why": "; ".join(why)}
 
 
 # ----------------------------------------------------------------------------- the checks
@@ -195,15 +271,17 @@ def _grid_speedups(runs: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.
 def checks_table(results: dict, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
     """Every sanity check of every speed setting in the grids of `results` (report.paper.load_results):
     speculative_runs, modes_runs, backbone_runs (agreement where two grids time the same decode at the same batch
-    size) and wallclock_passes (repeatable). Columns CHECK_COLUMNS; `check_passed` False: a clock not to judge on."""
-    grids = {n: results[n] for n in ("speculative_runs", "modes_runs", "backbone_runs") if n in results}
+    size) and wallclock_passes (repeatable, with the clock-inclusive CI speedup_clock_lo / _hi). Columns
+    CHECK_COLUMNS (`grid`: the grid whose speedup the row checks); `check_passed` False: a clock not to judge on."""
+    grids = {n: results[n] for n in ("speculative_runs", "modes_runs", "controls_runs", "backbone_runs")
+             if n in results}  # fmt: skip
     speeds = {n: _grid_speedups(r, n_boot, ci, seed) for n, r in grids.items()}
     rows = []
     key = ["benchmark", "algorithm", "setting", "batch_size"]
     for name, sp in speeds.items():
         for r in sp.itertuples(index=False):
             bound = r.ceiling * (1 + CEILING_SLACK)
-            rows.append(dict(sanity_check="ceiling", **{k: getattr(r, k) for k in key}, speedup=r.speedup,
+            rows.append(dict(sanity_check="ceiling", grid=name, **{k: getattr(r, k) for k in key}, speedup=r.speedup,
                              speedup_lo=r.speedup_lo, speedup_hi=r.speedup_hi, check_reference=bound,
                              check_passed=bool(r.speedup_hi <= bound),
                              check_detail=f"{name}: CI upper bound {r.speedup_hi:.2f}× vs the forward-count ceiling "
@@ -214,25 +292,29 @@ def checks_table(results: dict, n_boot: int = 1000, ci: float = 0.95, seed: int 
             m = speeds[a].merge(speeds[b], on=key, suffixes=("_a", "_b"))
             for r in m.itertuples(index=False):
                 overlap = r.speedup_lo_a <= r.speedup_hi_b and r.speedup_lo_b <= r.speedup_hi_a
-                rows.append(dict(sanity_check="agreement", **{k: getattr(r, k) for k in key}, speedup=r.speedup_a,
-                                 speedup_lo=r.speedup_lo_a, speedup_hi=r.speedup_hi_a, check_reference=r.speedup_b,
+                rows.append(dict(sanity_check="agreement", grid=a, **{k: getattr(r, k) for k in key},
+                                 speedup=r.speedup_a, speedup_lo=r.speedup_lo_a, speedup_hi=r.speedup_hi_a,
+                                 check_reference=r.speedup_b,
                                  check_passed=bool(overlap),
                                  check_detail=f"{a} {r.speedup_a:.2f}× [{r.speedup_lo_a:.2f}, {r.speedup_hi_a:.2f}] vs "
                                  f"{b} {r.speedup_b:.2f}× [{r.speedup_lo_b:.2f}, {r.speedup_hi_b:.2f}], batch "
                                  f"{r.batch_size}"))  # fmt: skip
     if "wallclock_passes" in results and len(results["wallclock_passes"]):
-        ps = pass_speedups(results["wallclock_passes"])
+        values = pass_values(results["wallclock_passes"])
         for name, sp in speeds.items():
-            m = sp.merge(ps, on=key)
-            for r in m.itertuples(index=False):
-                overlap = r.speedup_lo <= r.max and r.min <= r.speedup_hi
-                same_way = not (r.speedup_lo > 1 and r.min <= 1) and not (r.speedup_hi < 1 and r.max >= 1)
-                rows.append(dict(sanity_check="repeatable", **{k: getattr(r, k) for k in key}, speedup=r.speedup,
-                                 speedup_lo=r.speedup_lo, speedup_hi=r.speedup_hi, check_reference=r.median,
-                                 check_passed=bool(overlap and same_way),
-                                 check_detail=f"{name} {r.speedup:.2f}× [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}] vs "
-                                 f"{int(r.passes)} interleaved passes: median {r.median:.2f}×, range "
-                                 f"[{r.min:.2f}, {r.max:.2f}]"))  # fmt: skip
+            for r in sp.itertuples(index=False):
+                v = values.get((r.benchmark, r.algorithm, r.setting, int(r.batch_size)))
+                if v is None:
+                    continue
+                c = repeatable(r.speedup, r.speedup_lo, r.speedup_hi, v, n_boot, ci, seed)
+                detail = (f"{name} {r.speedup:.2f}× [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}], with the clock "
+                          f"[{c['clock_lo']:.2f}, {c['clock_hi']:.2f}], vs {c['passes']} interleaved passes: median "
+                          f"{c['median']:.2f}×, range [{c['min']:.2f}, {c['max']:.2f}]")  # fmt: skip
+                rows.append(dict(sanity_check="repeatable", grid=name, **{k: getattr(r, k) for k in key},
+                                 speedup=r.speedup, speedup_lo=r.speedup_lo, speedup_hi=r.speedup_hi,
+                                 speedup_clock=r.speedup, speedup_clock_lo=c["clock_lo"],
+                                 speedup_clock_hi=c["clock_hi"], check_reference=c["median"],
+                                 check_passed=c["passed"], check_detail=detail + (f": {c['why']}" if c["why"] else "")))
     return pd.DataFrame(rows, columns=CHECK_COLUMNS)
 
 
@@ -287,6 +369,164 @@ def gate(claim_id: str, outcomes: list, checks: pd.DataFrame | None) -> list:
     return out
 
 
+# ----------------------------------------------------------------------------- one measurement of record per decode
+
+
+def _decode_rows(runs: pd.DataFrame, grid: str, n_boot: int, ci: float, seed: int) -> list[dict]:
+    """Every timed decode of one grid: tokens/s and the speedup over the same algorithm's static at the same batch
+    size with its prompt CI (the oracle drafter, whose picks cost forwards nobody runs, is not timed)."""
+    rows = []
+    for (bench, algo, bs), g in runs.groupby(["benchmark", "algorithm", "batch_size"], sort=False):
+        s = g[g["mode"] == "static"].set_index("problem_id")
+        for (mode, name), h in g.groupby(["mode", "setting"], sort=False):
+            drafter = h["drafter"].iloc[0] if "drafter" in h else ""
+            if isinstance(drafter, str) and drafter == "oracle":
+                continue
+            wall = float(h["wall_s"].sum())
+            row = dict(benchmark=bench, algorithm=algo, setting=name, batch_size=int(bs), clock_record=grid,
+                       n=len(h), tokens_per_s=float(h["tokens"].sum()) / wall if wall > 0 else math.nan,
+                       mode=mode)  # fmt: skip
+            if mode == "static":
+                row.update(speedup=1.0, speedup_lo=1.0, speedup_hi=1.0)
+            elif not s.empty:
+                h = h.set_index("problem_id")
+                ids = h.index.intersection(s.index)
+                x, lo, hi = stats.ratio_ci(h.loc[ids, "tokens"], h.loc[ids, "wall_s"], s.loc[ids, "tokens"],
+                                           s.loc[ids, "wall_s"], n_boot, ci, seed)  # fmt: skip
+                row.update(speedup=x, speedup_lo=lo, speedup_hi=hi)
+            rows.append(row)
+    return rows
+
+
+def _gate_of(key: tuple, grid: str, checks: pd.DataFrame | None) -> tuple[str, bool]:
+    """(clock_gate, re-timed) of decode `key` timed of record by `grid`: every check of it (its ceiling and
+    repeatable check in that grid, agreement with any other grid), passed only when all ran and passed and the
+    passes re-timed it."""
+    if checks is None or not len(checks):
+        return "unchecked: no sanity checks", False
+    b, a, s, bs = key
+    c = checks[(checks["benchmark"] == b) & (checks["algorithm"] == a) & (checks["setting"] == s)
+               & (checks["batch_size"].astype(int) == bs)]  # fmt: skip
+    mine = c[(c["sanity_check"] == "agreement") | (c["grid"] == grid)]
+    failed = sorted(set(mine.loc[~mine["check_passed"].astype(bool), "sanity_check"]))
+    retimed = bool((mine["sanity_check"] == "repeatable").any())
+    if failed:
+        return "failed: " + ", ".join(failed), retimed
+    if not retimed:
+        return "unchecked: not re-timed by the passes", False
+    return "passed", True
+
+
+def record_table(results: dict, checks: pd.DataFrame | None = None, n_boot: int = 1000, ci: float = 0.95,
+                 seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """One row per decode (benchmark, algorithm, setting, batch size) timed in the grids of `results`: its
+    measurement of record (the grid first in RECORD_ORDER that decodes it: `clock_record`; every grid that times it:
+    `clock_grids`), tokens/s, speedup over static with the prompt CI and the clock-inclusive CI (stats.clock_ci on the
+    repeated passes, where they re-timed it; else the prompt CI), the passes and `clock_gate` (checks_table's checks
+    of that decode: passed, failed: <checks>, unchecked, or reference for static). Columns RECORD_COLUMNS."""
+    values = pass_values(results["wallclock_passes"]) if len(results.get("wallclock_passes", ())) else {}
+    out: dict[tuple, dict] = {}
+    for grid in RECORD_ORDER:
+        if grid not in results or not len(results[grid]):
+            continue
+        for r in _decode_rows(results[grid], grid, n_boot, ci, seed):
+            key = (r["benchmark"], r["algorithm"], r["setting"], r["batch_size"])
+            if key in out:
+                out[key]["clock_grids"] += f", {grid}"
+                continue
+            r["clock_grids"] = grid
+            v = values.get(key, np.array([]))
+            r["passes"] = int(v.size)
+            r["speedup_clock"] = r.get("speedup", math.nan)
+            r["speedup_clock_lo"], r["speedup_clock_hi"] = stats.clock_ci(
+                r["speedup_clock"], r.get("speedup_lo", math.nan), r.get("speedup_hi", math.nan), v, n_boot, ci, seed)
+            if r.pop("mode") == "static":
+                r["clock_gate"] = "reference"
+            else:
+                r["clock_gate"], _ = _gate_of(key, grid, checks)
+            out[key] = r
+    return pd.DataFrame(list(out.values()), columns=RECORD_COLUMNS)
+
+
+def _row_settings(table: pd.DataFrame, runs: pd.DataFrame | None) -> pd.Series:
+    """The runs setting each row of a table is about: its `setting`; a direct table's baseline / mrp_stepK as
+    static(1) / direct(K); a speculative table (K, no setting) its drafter's speculative(K, ...) setting (from
+    `runs`, drafter mrp or sum)."""
+    if "setting" not in table and "K" in table:
+        if runs is None:
+            raise ValueError("a speculative table (K, no setting) needs the runs it was built from")
+        spec = runs[(runs["mode"] == "speculative") & runs["drafter"].isin(["mrp", "sum"])]
+        name = spec.drop_duplicates(["benchmark", "algorithm", "K"]).set_index(["benchmark", "algorithm", "K"])
+        algo = table["algorithm"] if "algorithm" in table else pd.Series("ours", index=table.index)
+        return pd.Series([name["setting"].get((b, a, float(k)), "") for b, a, k in zip(table["benchmark"], algo,
+                          table["K"], strict=True)], index=table.index)  # fmt: skip
+    s = table["setting"].astype(str)
+    return s.where(~s.eq("baseline"), "static(1)").str.replace(r"^mrp_step(\d+)$", r"direct(\1)", regex=True)
+
+
+def _is_nan(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def mark_clock(table: pd.DataFrame, grid: str, record: pd.DataFrame | None = None, runs: pd.DataFrame | None = None,
+               batch_size: int | None = None, refer_to: str | None = None) -> pd.DataFrame:  # fmt: skip
+    """`table` (built from grid `grid`, e.g. "modes_runs") with `clock_gate` and `clock_record` on every row that
+    shows a wall-clock number (WALL_COLUMNS, or matched_speed's wall_speedup axis). With `record` (record_table):
+    each such row's gate, and where another grid holds the decode's measurement of record, that grid's numbers in
+    place of this one's (tokens_per_s, speedup, throughput_speedup); throughput_speedup_lo / _hi become the
+    clock-inclusive CI where the passes re-timed the decode. With `refer_to` instead (a grid that decodes every
+    decode of this table, and is not built yet): the wall-clock numbers blank, `clock_record` naming it. With
+    neither: clock_gate `unchecked`. The batch size: `batch_size`, else the runs' (one)."""
+    t = table.copy()
+    wall = [c for c in WALL_COLUMNS if c in t]
+    is_wall = t[wall].notna().any(axis=1) if wall else pd.Series(False, index=t.index)
+    if "axis" in t and "speed" in t:  # matched_speed: its wall-clock rows are those on the wall_speedup axis
+        is_wall |= t["axis"].astype(str).eq("wall_speedup") & t["speed"].notna()
+    gate_col = pd.Series("", index=t.index, dtype=object)
+    rec_col = pd.Series("", index=t.index, dtype=object)
+    if refer_to is not None:
+        gate_col[is_wall] = f"of record in {refer_to}"
+        rec_col[is_wall] = refer_to
+        for c in wall:
+            for col in (c, f"{c}_lo", f"{c}_hi"):
+                if col in t:
+                    t.loc[is_wall, col] = math.nan
+    elif record is None or not len(record):
+        gate_col[is_wall] = "unchecked: no measurement of record"
+        rec_col[is_wall] = grid
+    else:
+        if batch_size is None:
+            if runs is None or runs["batch_size"].nunique() != 1:
+                raise ValueError("mark_clock: give batch_size, or the runs of one batch size the table was built from")
+            batch_size = int(runs["batch_size"].iloc[0])
+        settings = _row_settings(t, runs)
+        algo = t["algorithm"] if "algorithm" in t else pd.Series("ours", index=t.index)
+        rec = record.set_index(["benchmark", "algorithm", "setting", "batch_size"])
+        for i in t.index[is_wall]:
+            key = (t.at[i, "benchmark"], algo[i], settings[i], int(batch_size))
+            if key not in rec.index:
+                gate_col[i], rec_col[i] = "unchecked: no measurement of record", grid
+                continue
+            r = rec.loc[key]
+            gate_col[i], rec_col[i] = r["clock_gate"], r["clock_record"]
+            other = r["clock_record"] != grid
+            if other and "tokens_per_s" in t:
+                t.at[i, "tokens_per_s"] = r["tokens_per_s"]
+            if other and "speedup" in t:
+                t.at[i, "speedup"] = r["speedup"]
+            if "throughput_speedup" in t:
+                if other:
+                    t.at[i, "throughput_speedup"] = r["speedup"]
+                lo, hi = (r["speedup_clock_lo"], r["speedup_clock_hi"]) if r["passes"] >= 2 else (r["speedup_lo"],
+                                                                                                  r["speedup_hi"])
+                if (other or r["passes"] >= 2) and "throughput_speedup_lo" in t and not _is_nan(lo):
+                    t.at[i, "throughput_speedup_lo"], t.at[i, "throughput_speedup_hi"] = lo, hi
+    t["clock_gate"] = gate_col
+    t["clock_record"] = rec_col
+    t.attrs = table.attrs
+    return t
+
+
 # ----------------------------------------------------------------------------- weighted forwards
 
 
@@ -302,15 +542,7 @@ def with_weighted_forwards(table: pd.DataFrame, runs: pd.DataFrame, head_cost: f
     agg = pd.DataFrame({"weighted_forwards": g["_wf"].mean(), "weighted_tpf": g["tokens"].sum() / g["_wd"].sum()})
     agg = agg.reset_index()
     t = table.copy()
-    if "setting" not in t and "K" in t:  # speculative_table: one drafter's rows by (algorithm, K)
-        spec = r[(r["mode"] == "speculative") & r["drafter"].isin(["mrp", "sum"])]
-        name = spec.drop_duplicates(["benchmark", "algorithm", "K"]).set_index(["benchmark", "algorithm", "K"])
-        t["_setting"] = [name["setting"].get((b, a, float(k)), "") for b, a, k in zip(t["benchmark"], t["algorithm"],
-                                                                                      t["K"], strict=True)]  # fmt: skip
-    else:
-        s = t["setting"].astype(str)
-        t["_setting"] = s.where(~s.eq("baseline"), "static(1)").str.replace(r"^mrp_step(\d+)$", r"direct(\1)",
-                                                                              regex=True)  # fmt: skip
+    t["_setting"] = _row_settings(t, r)
     if "algorithm" not in t:
         t["_algo_drop"] = True
         t["algorithm"] = "ours"
