@@ -9,7 +9,10 @@
 Per task: one prompt at a time (and --batch rows at a time), static(1) and speculative(K, mrp) for each K, each
 with the upstream engine (every commit its own forward) and with fuse_commit=True, interleaved in one process,
 median wall time of --repeats passes (trace off). Columns (defined in measure/schema.py TABLE_COLUMNS): benchmark,
-batch_size, engine, setting, wall_s, speedup (static of the same engine / this), predicted_speedup (the cost
+batch_size, engine, setting, wall_s, speedup (static of the same engine / this), speedup_clock [lo, hi] (its CI with
+the clock's noise in it: the batches resampled for the prompts, the passes for the clock, measure.stats.clock_ci) and
+clock_gate (report.wallclock.repeatable on the passes: passed, failed: repeatable, unchecked with one pass, reference
+for static), predicted_speedup (the cost
 model, measure/cost.py, at the same batch: static forwards / (forwards - rounds + rounds * verify_cost + head calls
 * head_cost)), ceiling_speedup (the same costs at the oracle's TPF: report.shapes), tpf and tpf_share_of_oracle
 (speculative(K, oracle) is the ceiling), lossless (tokens identical to static on every prompt), and a breakdown
@@ -31,7 +34,7 @@ import torch
 
 from mrp_repro.decoding import Speculative, Static
 
-__all__ = ["TARGETS", "speed_table", "targets_table", "head_breakdown", "main"]
+__all__ = ["TARGETS", "WALL_TARGETS", "speed_table", "clock_columns", "targets_table", "head_breakdown", "main"]
 
 # Model entry points timed by the instrumented pass, by kind.
 BACKBONE_CALLS = {"forward_block": "block", "forward_candidates": "verify", "commit_block": "commit",
@@ -75,13 +78,49 @@ class _Timer:
             delattr(obj, name)
 
 
-def _run(bb, prompts, policy, max_new, batch, fuse):
+def _run(bb, prompts, policy, max_new, batch, fuse, seconds: list | None = None):
+    """Every batch of `prompts` decoded in turn; `seconds`, when given, gets each batch's wall seconds."""
     toks, stats = [], []
     for i in range(0, len(prompts), batch):
+        t0 = time.perf_counter()
         r = bb.generate(prompts[i : i + batch], policy, max_new, fuse_commit=fuse, trace=False)
+        if seconds is not None:
+            seconds.append(time.perf_counter() - t0)
         toks += r.tokens
         stats += r.stats
     return toks, stats
+
+
+def _batch_tokens(stats, batch: int) -> list[int]:
+    return [sum(s.tokens for s in stats[i : i + batch]) for i in range(0, len(stats), batch)]
+
+
+def clock_columns(static_batches: list, batches: list, static_tokens: list, tokens: list, n_boot: int = 1000,
+                  ci: float = 0.95, seed: int = 0) -> dict:  # fmt: skip
+    """speedup_clock [lo, hi] and clock_gate of one setting against static from interleaved passes:
+    `static_batches` / `batches`, one list of per-batch wall seconds per pass (the same batches in each pass), the
+    tokens of each batch. The point is the median pass's total time ratio (the table's speedup); the prompt CI
+    resamples the batches (their median seconds over the passes), the clock the passes' speedups (stats.clock_ci);
+    the gate is report.wallclock.repeatable on the passes (no gate with fewer than 2 passes)."""
+    import numpy as np
+
+    from mrp_repro.measure import stats
+    from mrp_repro.report.wallclock import repeatable
+
+    st, se = np.asarray(static_batches, float), np.asarray(batches, float)  # [passes, batches]
+    point = float(np.median(st.sum(1)) / np.median(se.sum(1)))
+    _, lo, hi = stats.ratio_ci(tokens, np.median(se, 0), static_tokens, np.median(st, 0), n_boot, ci, seed)
+    tok = float(sum(tokens)) / max(float(sum(static_tokens)), 1.0)
+    per_pass = st.sum(1) / se.sum(1)  # the table's speedup is a time ratio (the same tokens: lossless settings)
+    scale = point / (tok * float(np.median(st, 0).sum() / np.median(se, 0).sum()))  # the CI about the point
+    lo, hi = lo * scale, hi * scale
+    c_lo, c_hi = stats.clock_ci(point, lo, hi, per_pass, n_boot, ci, seed)
+    if st.shape[0] < 2:
+        gate = "unchecked: one pass (--repeats 1)"
+    else:
+        rep = repeatable(point, lo, hi, per_pass, n_boot, ci, seed)
+        gate = "passed" if rep["passed"] else "failed: repeatable"
+    return {"speedup_clock": point, "speedup_clock_lo": c_lo, "speedup_clock_hi": c_hi, "clock_gate": gate}
 
 
 def _sum(stats, name):
@@ -107,13 +146,15 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
             settings = [("static", Static(1))] + [(f"spec{K}", Speculative(K, "mrp", head=head, verify=verify))
                                                    for K in Ks]  # fmt: skip
             engines = (("upstream", False), ("fused", True))
-            times = {}
+            times, batch_s = {}, {}
             for _ in range(repeats):  # interleaved: drift hits every setting alike
                 for eng, fuse in engines:
                     for name, pol in settings:
+                        per_batch: list = []
                         t0 = time.perf_counter()
-                        _run(bb, ps, pol, max_new, batch, fuse)
+                        _run(bb, ps, pol, max_new, batch, fuse, per_batch)
                         times.setdefault((eng, name), []).append(time.perf_counter() - t0)
+                        batch_s.setdefault((eng, name), []).append(per_batch)
             for eng, fuse in engines:
                 want, st0 = _run(bb, ps, Static(1), max_new, batch, fuse)
                 fw = "fused_backbone_forwards" if fuse else "backbone_forwards"
@@ -134,6 +175,12 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
                                tpf=_sum(st, "tokens") / max(_sum(st, "denoise_forwards"), 1),
                                rounds=_sum(st, "rounds"), mrp_forwards=_sum(st, "mrp_forwards"),
                                head_cost=cm["head_cost"], t_forward_ms=1e3 * cm["t_forward_s"])  # fmt: skip
+                    if name == "static":
+                        row.update(speedup_clock=1.0, speedup_clock_lo=1.0, speedup_clock_hi=1.0,
+                                   clock_gate="reference")  # fmt: skip
+                    else:
+                        row.update(clock_columns(batch_s[(eng, "static")], batch_s[(eng, name)],
+                                                 _batch_tokens(st0, batch), _batch_tokens(st, batch)))  # fmt: skip
                     # byte-weighted forwards (measure/schema.py): each head call charged its measured cost
                     head_fw = row["mrp_forwards"] * cm["head_cost"]
                     row["weighted_tpf"] = row["tokens"] / max(row["denoise_forwards"] + head_fw, 1e-9)
@@ -158,6 +205,8 @@ def speed_table(bb, head, prompts: dict, Ks=(3, 5), batches=(1, 32), repeats: in
     return pd.DataFrame(rows)
 
 
+#: the targets whose value is a wall-clock number: their row carries the speed row's clock_gate
+WALL_TARGETS = ("speculative K=3 >= 1.4x static", "measured within 10% of the cost model")
 #: issue 14's targets, one prompt at a time: (target, K, the row's value, passes)
 TARGETS = (
     ("speculative K=3 >= 1.4x static", 3, lambda r: r.speedup, lambda v: v >= 1.4),
@@ -189,8 +238,9 @@ def targets_table(df: pd.DataFrame) -> pd.DataFrame:
             if r is None:
                 raise KeyError(f"targets_table: no speculative({K},mrp) row for {bench}/{engine}")
             v = float(value(r))
+            gate = getattr(r, "clock_gate", "unchecked: no clock_gate column") if target in WALL_TARGETS else ""
             rows.append(dict(benchmark=bench, engine=engine, target=target, value=v, met=bool(passes(v)),
-                             ceiling_speedup=float(r.ceiling_speedup)))  # fmt: skip
+                             ceiling_speedup=float(r.ceiling_speedup), clock_gate=gate))  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -282,7 +332,8 @@ def main(argv=None) -> None:
     # the run's stored cost model (one figure per quantity); a compiled engine is timed here instead
     df = speed_table(bb, head, prompts, a.Ks, a.batches, a.repeats, max_new, profile=None if a.compile else P)
     hb = head_breakdown(bb.model, head, bb.block_size)
-    cols = ["benchmark", "batch_size", "engine", "setting", "wall_s", "speedup", "predicted_speedup", "ceiling_speedup",
+    cols = ["benchmark", "batch_size", "engine", "setting", "wall_s", "speedup", "speedup_clock", "speedup_clock_lo",
+            "speedup_clock_hi", "clock_gate", "predicted_speedup", "ceiling_speedup",
             "tpf", "weighted_tpf", "weighted_forwards", "tpf_share_of_oracle", "lossless", "forwards", "verify_cost",
             "head_cost", "s_block", "s_fused", "s_verify", "s_commit", "s_head_step", "s_head_commit",
             "s_outside"]  # fmt: skip
@@ -305,12 +356,15 @@ def main(argv=None) -> None:
         write_csv(df, a.out / f"{a.name}.csv")
         note = (
             f"{a.n} prompts per task, median of {a.repeats} interleaved passes, {a.threads} thread(s)"
+            f"{'' if a.repeats > 1 else ' (one pass: no clock measured, every clock_gate unchecked)'}"
             f"{', compiled' if a.compile else ''}{'; profile overrides ' + a.set if a.set else ''}. "
             "predicted_speedup: the cost model on this run's counts ("
             + ("measured in this process, compiled" if a.compile else "the run's stored cost model, "
                "measure.cost.run_cost_model, as in speculative_drafters.md")
             + "); ceiling_speedup: the same costs at the oracle's TPF. step_forwards: the head step with lm_head "
-            "and the draft pick (draft_pick) over one forward, so above head_cost, which excludes the pick."
+            "and the draft pick (draft_pick) over one forward, so above head_cost, which excludes the pick. "
+            "speedup_clock [lo, hi]: the speedup's CI with the passes' spread in it (measure.stats.clock_ci); "
+            "clock_gate: report.wallclock.repeatable on the passes (COLUMNS.md)."
         )
         write_text(a.out / f"{a.name}.md", text + f"\n{note}\n")
         write_glossary(a.out)
