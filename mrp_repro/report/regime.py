@@ -142,12 +142,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default="chain16")
     ap.add_argument("--compare", nargs="*", default=[], help="other profiles measured the same way (e.g. tiny)")
     ap.add_argument("--n-prompts", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: the profile's; 1 on a machine shared with other jobs)")
     a = ap.parse_args(argv)
     frames = []
     profile = load_profile(a.profile)
     for name in [a.profile, *a.compare]:
         p = load_profile(name)
-        set_num_threads(p.backbone_training.num_threads)
+        set_num_threads(a.threads or p.backbone_training.num_threads)
         bb = stages.backbone(p)
         runs = collect_runs(p, bb, None, a.n_prompts, list(p.evaluation.benchmarks), regime_settings(p),
                             progress=True)  # fmt: skip

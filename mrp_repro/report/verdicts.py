@@ -371,6 +371,10 @@ def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bo
     md = d / "claims.md"
     from mrp_repro.report.tables import write_csv, write_text  # renamed into place: links replaced, not followed
 
-    write_text(md, report_markdown(report, profile_name, numeric, paper_model, across))
+    from mrp_repro.report.revisions import registration_lines  # it reads this module's verdict words
+
+    tables = {"lookahead": pd.read_csv(d / "lookahead.csv")} if (d / "lookahead.csv").is_file() else {}
+    text = report_markdown(report, profile_name, numeric, paper_model, across)
+    write_text(md, text.rstrip("\n") + "\n\n" + "\n".join(registration_lines(tables, profile_name)))
     write_csv(with_across_seeds(report, across), d / "claims.csv")
     return md

@@ -30,10 +30,10 @@ import re
 import warnings
 
 from .benchmarks import Problem
+from .splits import SPLITS, split_of_key
 
 TASKS = ("chain-math", "chain-code")
 GENERATOR_VERSION = 1
-SPLITS = ("train", "val", "test")
 PAD = "."
 
 # chain-math
@@ -73,12 +73,6 @@ def prompt_len(task: str, block_size: int) -> int:
 def _check_task(task: str) -> None:
     if task not in TASKS:
         raise ValueError(f"unknown chain task {task!r}; expected one of {TASKS}")
-
-
-def split_of_key(key: str) -> str:
-    from .synthetic import split_of_key as split  # one partition rule for every synthetic family
-
-    return split(key)
 
 
 # ----------------------------------------------------------------------------- drawing problems
@@ -289,11 +283,11 @@ def score(problem: Problem, output_text: str, execute: bool = True) -> dict:
     only for trusted text in tests), ``valid_chain`` = correct and written in the answer format."""
     text = _truncate(output_text)
     if problem.benchmark == "chain-math":
-        from .synthetic import _extract_final, _same_number
+        from .extract import score_math
 
-        extracted = _extract_final(text)
-        correct = _same_number(extracted, problem.reference)
-        return {"correct": bool(correct), "valid_chain": _math_chain_valid(problem, text), "extracted": extracted}
+        r = score_math(text, problem.reference, benchmark="gsm8k")  # GSM8K's extraction and comparison
+        return {"correct": bool(r["correct"]), "valid_chain": _math_chain_valid(problem, text),
+                "extracted": r["extracted"]}  # fmt: skip
     if problem.benchmark == "chain-code":
         if not text.startswith("def f("):
             return {"correct": False, "valid_chain": False, "extracted": text or None}

@@ -42,7 +42,6 @@ independent of seed and block size) is hashed into train / val / test.
 from __future__ import annotations
 
 import ast
-import hashlib
 import random
 import re
 import warnings
@@ -51,6 +50,7 @@ from dataclasses import dataclass
 
 from . import chain
 from .benchmarks import Problem
+from .splits import split_of_key
 
 MULTISET_TASKS = ("synth-math", "synth-code")
 #: every generated task: the multiset families here, and the chain families of tasks/chain.py (delegated to it)
@@ -112,16 +112,6 @@ def _check_task(task: str) -> None:
 
 
 # ----------------------------------------------------------------------------- keys / splits
-
-
-def split_of_key(key: str) -> str:
-    """Hash partition of a canonical problem key: 10% test, 5% val, 85% train."""
-    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 20
-    if h < 2:
-        return "test"
-    if h == 2:
-        return "val"
-    return "train"
 
 
 def problem_key(problem: Problem) -> str:
