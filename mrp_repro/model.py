@@ -20,12 +20,14 @@ Attention paths, all through `SDARModel.forward` with an explicit boolean mask:
         "packed" the M copies side by side along the sequence with a block-diagonal mask: one call,
                  but a different attention length, hence different rounding (bf16: up to ~0.08 in
                  the logits, enough to flip near-ties; fp32: ~6e-6);
-        "checked" "fold", checked once per shape (batch, candidates, block, cache layout, dtype, device) against
-                 "loop" in this process: the shapes where the two are bitwise equal run "fold" (one call) from then
-                 on, the others "loop" (a one-line warning names them), so it is one call where the kernels
-                 are batch-size invariant and exact in any case (the check's call returns loop's logits);
-        "exact"  (default; decoding.verify) "fold" on CPU (bitwise, tested), "checked" elsewhere: one backbone
-                 call per verify where the device's kernels allow it, never a rounding other than forward_block's.
+        "checked" "fold", checked against "loop" once per kernel plan (_verify_check_key: batch, candidates,
+                 block, dtype, device, numerics, the attended key count in blocks of CHECK_KEY_BLOCK = 128, a static
+                 cache's capacity, the mask's call form) in this process: where the two are bitwise equal it runs
+                 "fold" (one call) until the plan changes, elsewhere "loop" (a one-line warning per shape), so it is
+                 one call where the kernels plan alike and exact in any case (the check's call returns loop's);
+        "exact"  (default; decoding.verify) "fold" on CPU (bitwise, tested) and inside
+                 kernels.batch_invariant.batch_invariant() on any device (bitwise by construction), "checked"
+                 elsewhere: never a rounding other than forward_block's.
 
 Rows of a batch are left-padded by whole blocks; pad keys are never attended to
 (`KVCache.valid`), so a row's output does not depend on its batch neighbours.
@@ -510,38 +512,68 @@ class SDARModel(NumericsAware, nn.Module):
         out = self(input_ids.reshape(B, M * L), position_ids.repeat(1, M), mask, cache)
         return ModelOutput(out.logits.view(B, M, L, -1), out.hidden.view(B, M, L, -1))
 
-    def _verify_checked(self, input_ids, position_ids, cache, kv) -> ModelOutput:
-        """"checked" (VERIFY_PATHS): fold where it was bitwise loop's at this shape, loop elsewhere. The cache
-        length is not in the key: it changes block by block and reaches only the attention's key count, not the
-        batch dimension that fold changes (what batch-size-dependent kernels would round differently)."""
+    def _verify_check_key(self, input_ids, cache, kv) -> tuple:
+        """What "checked" keys its fold-vs-loop verdict on: everything that can change a kernel's plan between the
+        check and a later verify (issue 36). The shapes fold changes (batch B, candidates M, block L, device,
+        dtype), the numerics; the attended key count in CHECK_KEY_BLOCK steps (flash attention's split count is a
+        function of ceil(keys / 128): at batch 1 loop and fold take the same split up to 256 keys, then not, so a
+        verdict from a short cache does not carry to a long one); a static cache's capacity (the key count it
+        attends to, fixed); under the upstream numerics the mask's call form (attention_mask: unmasked, released
+        or 4-D, which picks the attention kernel). A new key re-checks: with a growing cache about once per
+        CHECK_KEY_BLOCK / L blocks per candidate count."""
         B, M, L = input_ids.shape
         static = cache is not None and cache.static
-        key = (str(input_ids.device), str(self.lm_head.weight.dtype), B, M, L, static)
+        capacity = cache.k.shape[3] if static else None
+        past = 0 if cache is None else (capacity if static else cache.length)
+        form = None
+        if getattr(self, "numerics", "ours") == "upstream":  # the call form attention_mask picks (host syncs)
+            m = attention_mask(self, self._block_mask(cache, kv))
+            form = "unmasked" if m is None else f"{m.dim()}-d"
+        return (str(input_ids.device), str(self.lm_head.weight.dtype), getattr(self, "numerics", "ours"), B, M, L,
+                static, capacity, -(-(past + L) // CHECK_KEY_BLOCK), form)  # fmt: skip
+
+    def _verify_checked(self, input_ids, position_ids, cache, kv) -> ModelOutput:
+        """"checked" (VERIFY_PATHS): fold where it was bitwise loop's under the same kernel plan
+        (_verify_check_key: the shapes, the attended key count in blocks of CHECK_KEY_BLOCK, a static cache's
+        capacity, the mask's call form), loop elsewhere; the check's own call returns loop's logits."""
+        B, M, L = input_ids.shape
+        key = self._verify_check_key(input_ids, cache, kv)
         memo = self.__dict__.setdefault("_fold_bitwise", {})
         if key not in memo:
             loop = self._verify_loop(input_ids, position_ids, cache, kv)
             fold = self._verify_fold(input_ids, position_ids, cache, kv)
             memo[key] = bool(torch.equal(fold.logits, loop.logits) and torch.equal(fold.hidden, loop.hidden))
-            if not memo[key]:
+            warned = self.__dict__.setdefault("_fold_warned", set())
+            if not memo[key] and key[:6] not in warned:  # one warning per shape, whatever the cache length
                 import warnings
 
+                warned.add(key[:6])
+                keys = cache.k.shape[3] if cache is not None and cache.static else (cache.length if cache else 0)
                 warnings.warn(f"verify 'checked': fold is not bitwise forward_block's at batch {B}, {M} candidates, "
-                              f"block {L} on {key[0]} ({key[1]}): that shape verifies by loop ({M} calls)",
+                              f"block {L} on {key[0]} ({key[1]}) with {keys + L} keys: it verifies by loop ({M} "
+                              "calls) until a check under another plan (key count, cache) finds fold bitwise",
                               stacklevel=3)  # fmt: skip
             return loop
         return (self._verify_fold if memo[key] else self._verify_loop)(input_ids, position_ids, cache, kv)
 
 
 VERIFY_PATHS = ("exact", "fold", "loop", "packed", "checked")
+#: keys per step of "checked"'s key (_verify_check_key): flash-attn 2 plans its KV splits on ceil(keys / 128) at
+#: head_dim <= 128 (256 at <= 64, a multiple, so also covered); a backend that plans on finer steps needs 1 here
+CHECK_KEY_BLOCK = 128
 
 
 def resolve_verify(verify: str, device) -> str:
     """The concrete verify path: "exact" is "fold" on CPU (bitwise equal to forward_block there, tested
-    in tests/test_lossless_bf16.py) and "checked" elsewhere (fold where a first call shows it bitwise, else loop)."""
+    in tests/test_lossless_bf16.py) and "checked" elsewhere (fold where a first call shows it bitwise, else loop);
+    inside kernels.batch_invariant.batch_invariant() "fold" on every device (every reduction's order is independent
+    of the batch there, so fold is forward_block's bits by construction: one call, no check)."""
     if verify not in VERIFY_PATHS:
         raise ValueError(f"verify={verify!r}: choose one of {VERIFY_PATHS}")
     if verify == "exact":
-        return "fold" if torch.device(device).type == "cpu" else "checked"
+        from mrp_repro.kernels.batch_invariant import active
+
+        return "fold" if torch.device(device).type == "cpu" or active() else "checked"
     return verify
 
 
