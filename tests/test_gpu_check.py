@@ -94,3 +94,23 @@ def test_gpu_check_without_cuda_is_one_line(tmp_path):
     with pytest.raises(SystemExit) as e:
         gpu_check.main(["--out", str(tmp_path)])
     assert "no CUDA device" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_documented_quickcheck_command_runs_on_cpu(tmp_path):
+    """docs/gpu.md §2's first command, as documented (issue 36: it stopped with a schema ValueError on the columns
+    metric and ci_width): exit 0, both tables and a glossary with every column defined."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, MRP_REPRO_FIGURES=str(tmp_path / "figures"), PYTHONPATH=str(root))
+    res = subprocess.run([sys.executable, "-m", "mrp_repro.report.quickcheck", "--profile", "sdar-4b-released-quick"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "expected wall time:" in res.stdout
+    out = tmp_path / "figures" / "sdar-4b-released-quick"
+    for name in ("quickcheck_expected", "quickcheck_time"):
+        assert (out / f"{name}.csv").exists() and (out / f"{name}.md").exists()
+    assert "UNDEFINED" not in (out / "COLUMNS.md").read_text()
