@@ -141,7 +141,8 @@ def _stamp_commit(path: Path, profile) -> None:
 
     prov = provenance(profile, "cpu")
     nb = json.loads(path.read_text())
-    nb.setdefault("metadata", {})["mrp_repro"] = {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"]}
+    nb.setdefault("metadata", {})["mrp_repro"] = {"git_commit": prov["git_commit"], "git_dirty": prov["git_dirty"],
+                                                  "profile_hash": prov["profile_hash"]}  # fmt: skip
     from mrp_repro.report.tables import write_text
 
     write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
@@ -185,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
 
     profile = load_profile(args.profile)  # fail fast on a bad profile, as one line (run_cli)
     _say_published(profile)
+    from mrp_repro.runtime import mark_run_start
+
+    mark_run_start()  # the notebooks inherit it: a result computed before it was reused from an earlier run
     param = args.profile
     if Path(param).suffix in (".yaml", ".yml"):
         param = str(Path(param).resolve())  # notebooks run with their own cwd

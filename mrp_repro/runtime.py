@@ -6,6 +6,8 @@
     runtime.seed_everything(profile.seed)
     out = runtime.artifact_dir(profile, "mrp", profile.section_hash("model", "mrp", "mrp_training"))
     runtime.write_json_atomic(out / "provenance.json", runtime.provenance(profile, device))
+    runtime.stamp_computed(path)                 # <path>.provenance.json: the commit that computed a result file
+    runtime.note_read(path); runtime.table_stamp()   # what a table read, computed at which commit, rendered at which
 
 Environment variables: MRP_REPRO_DEVICE (cpu, cuda, cuda:1, mps), MRP_REPRO_DTYPE
 (float32/fp32, bfloat16/bf16, float16/fp16, auto), MRP_REPRO_RUNS (artifact
@@ -54,6 +56,14 @@ __all__ = [
     "artifact_dir",
     "figures_dir",
     "provenance",
+    "code_version",
+    "RUN_STARTED_ENV",
+    "mark_run_start",
+    "stamp_computed",
+    "computed_stamp",
+    "note_read",
+    "table_stamp",
+    "cached_results",
     "write_json_atomic",
 ]
 
@@ -315,18 +325,39 @@ def upstream_attention(device: torch.device) -> str:
     return f"sdpa ({why}; {device.type}, {str(dtype).removeprefix('torch.')})"
 
 
-def provenance(profile: Profile, device: str | torch.device | None = None) -> dict[str, Any]:
-    """What produced a result: profile, code version, package versions, device, the upstream family's attention
-    kernel (upstream_attention), time (UTC)."""
-    dev = torch.device(device) if device is not None else pick_device()
+def _code_version() -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
     # the committed figures are what a reproduce run rewrites: dirty means code or configs differ from the commit
     status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)figures") if commit else None
+    return {"git_commit": commit or "unknown", "git_dirty": bool(status) if commit else None}
+
+
+_version_cache: dict[str, Any] = {}
+#: seconds a code_version() answer is reused within one process (every table written asks)
+VERSION_TTL_S = 30.0
+
+
+def code_version(fresh: bool = False) -> dict[str, Any]:
+    """{git_commit, git_dirty} of the working tree now (dirty: tracked code or configs differ from the commit, figures/
+    aside); reused for VERSION_TTL_S seconds within a process unless `fresh`."""
+    import time
+
+    now = time.monotonic()
+    if fresh or not _version_cache or now - _version_cache["at"] > VERSION_TTL_S:
+        _version_cache.update(_code_version(), at=now)
+    return {k: _version_cache[k] for k in ("git_commit", "git_dirty")}
+
+
+def provenance(profile: Profile, device: str | torch.device | None = None) -> dict[str, Any]:
+    """What produced a result: profile, code version, package versions, device, the upstream family's attention
+    kernel (upstream_attention), time (UTC), and the cached results present for the profile (cached_results: what
+    a run started now may reuse instead of computing, each with the commit that computed it)."""
+    dev = torch.device(device) if device is not None else pick_device()
+    version = code_version(fresh=True)
     return {
         "profile": profile.name,
         "profile_hash": profile.hash,
-        "git_commit": commit or "unknown",
-        "git_dirty": bool(status) if commit else None,
+        **version,
         "python": platform.python_version(),
         "mrp_repro": _version("mrp-repro"),
         "torch": torch.__version__,
@@ -342,7 +373,108 @@ def provenance(profile: Profile, device: str | torch.device | None = None) -> di
         "mkl_cbwr": os.environ.get("MKL_CBWR"),  # MKL's reproducibility mode (mrp_repro/__init__.py sets it)
         **{k: v for k, v in cpu_numerics().items() if k != "platform"},  # cpu_capability, blas, threads, cpu_isa_env
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "cached_results": cached_results(profile),
     }
+
+
+# ----------------------------------------------------------------------------- provenance of reuse
+#
+# A result file (report.paper.save_result, the sharded merge) gets <file>.provenance.json: the commit that computed
+# it. A process that reads one (report.paper.load_result) notes it; every table it then writes
+# (report.tables.save_table) records what it read, computed at which commit, and the commit that rendered it, so a
+# run that reuses cached grids says so in every table, in environment.md (cached_results) and in claims.md.
+
+#: the suffix of a result file's provenance record
+COMPUTED_SUFFIX = ".provenance.json"
+#: set by a reproduce run for its notebooks (ISO time, UTC): a result computed before it was cached by an earlier run
+RUN_STARTED_ENV = "MRP_REPRO_RUN_STARTED"
+_PROCESS_STARTED = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+_read: dict[str, dict[str, Any]] = {}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def mark_run_start() -> str:
+    """Set RUN_STARTED_ENV to now unless set (reproduce.main, before its notebooks: they inherit it); returns it."""
+    os.environ.setdefault(RUN_STARTED_ENV, _now())
+    return os.environ[RUN_STARTED_ENV]
+
+
+def run_started() -> str:
+    """When this run started: RUN_STARTED_ENV, else when this process did."""
+    return os.environ.get(RUN_STARTED_ENV) or _PROCESS_STARTED
+
+
+def stamp_computed(path: str | os.PathLike) -> Path:
+    """Write <path>.provenance.json for a result file just written: the commit and dirty flag that computed it, the
+    time, this run's start (run_started)."""
+    path = Path(path)
+    rec = {**code_version(), "computed": _now(), "run_started": run_started()}
+    return write_json_atomic(path.with_name(path.name + COMPUTED_SUFFIX), rec)
+
+
+def computed_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The provenance record of a result file (stamp_computed), or None: none was written (a result of an older
+    version of the package) or it is unreadable."""
+    path = Path(path)
+    try:
+        rec = json.loads(path.with_name(path.name + COMPUTED_SUFFIX).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _result_record(path: Path) -> dict[str, Any]:
+    rec = computed_stamp(path) or {}
+    computed = rec.get("computed")
+    if not rec:
+        when = "unrecorded"
+    elif computed and computed >= run_started():
+        when = "this run"
+    else:
+        when = "cached"
+    return {"result": path.stem, "git_commit": rec.get("git_commit", "unrecorded"),
+            "git_dirty": rec.get("git_dirty"), "computed": computed, "reuse": when}  # fmt: skip
+
+
+def note_read(path: str | os.PathLike) -> None:
+    """Note that this process read result file `path` (report.paper.load_result): the tables it writes next say so."""
+    path = Path(path)
+    _read[str(path)] = _result_record(path)
+
+
+def reset_reads() -> None:
+    """Forget the result files this process has read (note_read): a process that renders several runs' tables."""
+    _read.clear()
+
+
+def table_stamp() -> dict[str, Any]:
+    """The provenance a table written now records: rendered_at / rendered_dirty (the commit rendering it), the result
+    files this process has read (computed_from: one record each: result, git_commit, git_dirty, computed, reuse =
+    this run / cached / unrecorded), their commits (computed_at) and whether any was cached by an earlier run."""
+    v = code_version()
+    src = list(_read.values())
+    commits = list(dict.fromkeys(r["git_commit"] for r in src))
+    return {"rendered_at": v["git_commit"], "rendered_dirty": v["git_dirty"], "computed_from": src,
+            "computed_at": commits or [v["git_commit"]], "reused": any(r["reuse"] != "this run" for r in src)}
+
+
+def cached_results(profile: Profile) -> str:
+    """The result files present for `profile` (report.paper.results_dir, this profile hash and runs schema), each as
+    `name@<12 hex of the commit that computed it> (<time>)`, `;`-joined; "" when there are none. A run started now
+    reuses those whose settings match (report.grids, report.paper.cached_result); each table's stamp says which."""
+    from mrp_repro.report.paper import RESULTS_SCHEMA
+
+    d = runs_root() / profile.name / f"results-{profile.hash}-{RESULTS_SCHEMA}"
+    if not d.is_dir():
+        return ""
+    out = []
+    for p in sorted(d.glob("*.csv")):
+        rec = computed_stamp(p)
+        out.append(f"{p.stem}@{rec['git_commit'][:12]} ({rec.get('computed')})" if rec else f"{p.stem}@unrecorded")
+    return "; ".join(out)
 
 
 def sha256_file(path: str | os.PathLike) -> str:

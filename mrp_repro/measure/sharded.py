@@ -148,6 +148,9 @@ def merge_shards(shard_dir: Path, shards: list[dict], key: str, settings, benchm
     with atomic_file(out_csv) as tmp:
         tmp.write_text(buf.getvalue())
     integrity.write_sidecar(out_csv, rows=len(df))  # its sha256 and rows: report.paper.load_result checks them
+    from mrp_repro.runtime import stamp_computed
+
+    stamp_computed(out_csv)  # the commit that computed it (runtime: provenance of reuse)
     return out_csv
 
 

@@ -409,6 +409,9 @@ def save_result(profile: Profile, name: str, df: pd.DataFrame) -> Path:
     with integrity.atomic_file(path) as tmp:  # a unique temporary name, renamed into place
         df.to_csv(tmp, index=False)
     integrity.write_sidecar(path, rows=len(df))  # <name>.csv.sha256.json: checked by load_result before reuse
+    from mrp_repro.runtime import stamp_computed
+
+    stamp_computed(path)  # <name>.csv.provenance.json: the commit that computed it (a table that reads it says so)
     return path
 
 
@@ -429,7 +432,11 @@ def load_result(profile: Profile, name: str) -> pd.DataFrame | None:
     if (why := result_problem(profile, name)) is not None:
         print(f"results: not reusing {why}; it is recomputed", file=sys.stderr)
         return None
-    return pd.read_csv(path)
+    from mrp_repro.runtime import note_read
+
+    df = pd.read_csv(path)
+    note_read(path)  # the tables this process writes next record it, and the commit that computed it
+    return df
 
 
 def cached_result(profile: Profile, name: str, compute) -> pd.DataFrame:

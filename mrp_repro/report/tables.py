@@ -11,6 +11,11 @@ the numbers as they are. Every column must have a glossary entry (mrp_repro.meas
 refuses a table with an undefined column, and rewrites <dir>/COLUMNS.md, the definitions of every column of
 every table in the directory (its CSV headers and Markdown table headers).
 
+Every table records its provenance (issue 35): save_table puts one line under the .md and atop the .tex (the result
+files the process read, each with the commit that computed it and whether it was computed this run or cached by an
+earlier one: runtime.table_stamp; and the commit rendering it), and the same record in <dir>/provenance.json
+(table -> stamp); provenance_summary(dir) is the run's reuse in one paragraph (claims.md's header).
+
 Every file here (and every figure and report written beside them: plots.save_figure, verdicts.write_report, the
 notebooks' copies) is written by `write_text` / `write_csv`: a temporary name renamed into place
 (integrity.atomic_file), so a symbolic or hard link at figures/<profile>/<name> is replaced, never written through
@@ -31,10 +36,13 @@ if TYPE_CHECKING:
     from mrp_repro.config import Profile
 
 __all__ = ["out_dir", "format_table", "markdown", "latex", "save_table", "table_columns", "write_glossary",
-           "glossary_markdown", "write_text", "write_csv", "GLOSSARY"]
+           "glossary_markdown", "write_text", "write_csv", "GLOSSARY", "PROVENANCE", "stamp_line", "record_provenance",
+           "read_provenance", "provenance_summary"]
 
 #: the glossary file written beside the tables
 GLOSSARY = "COLUMNS.md"
+#: every table's provenance record (save_table), beside the tables: table name -> runtime.table_stamp()
+PROVENANCE = "provenance.json"
 
 
 def out_dir(profile_or_dir: Profile | str | os.PathLike) -> Path:
@@ -137,16 +145,95 @@ def latex(df: pd.DataFrame) -> str:
 def save_table(df: pd.DataFrame, directory, name: str, digits: int = 1, note: str = "") -> list[Path]:
     """Write <dir>/<name>.csv (numbers as they are), .md and .tex (formatted, CIs merged); `note` under the .md."""
     from mrp_repro.measure.schema import require_defined
+    from mrp_repro.runtime import table_stamp
 
     require_defined(df.columns, name)
     d = out_dir(directory)
     shown = format_table(df, digits)
+    stamp = table_stamp()
+    line = stamp_line(stamp)
     paths = [d / f"{name}.md", d / f"{name}.tex", d / f"{name}.csv"]
-    write_text(paths[0], markdown(shown) + (f"\n{note}\n" if note else ""))
-    write_text(paths[1], latex(shown))
+    write_text(paths[0], markdown(shown) + (f"\n{note}\n" if note else "") + f"\n{line}\n")
+    write_text(paths[1], f"% {line}\n" + latex(shown))
     write_csv(df, paths[2])
+    record_provenance(d, name, stamp)
     write_glossary(d)
     return paths
+
+
+def _short(commit: str | None) -> str:
+    return str(commit)[:7] if commit and commit not in ("unknown", "unrecorded") else str(commit or "unknown")
+
+
+def stamp_line(stamp: dict) -> str:
+    """One line of a table's provenance (runtime.table_stamp): `Provenance: computed from <results> at <commit>
+    (this run | cached by an earlier run, computed <time> | no record); rendered at <commit> (dirty).`"""
+    rendered = _short(stamp.get("rendered_at")) + (" with uncommitted changes" if stamp.get("rendered_dirty") else "")
+    src = stamp.get("computed_from") or []
+    if not src:
+        return f"Provenance: computed and rendered at {rendered} (no cached result read)."
+    groups: dict[tuple, list[str]] = {}
+    for r in src:
+        groups.setdefault((r["git_commit"], r["reuse"], (r.get("computed") or "")[:10]), []).append(r["result"])
+    parts = []
+    for (commit, reuse, day), names in groups.items():
+        how = {"this run": "this run", "cached": f"cached by an earlier run, computed {day}",
+               "unrecorded": "no record of the commit that computed it"}[reuse]  # fmt: skip
+        at = f" at {_short(commit)}" if commit != "unrecorded" else ""
+        parts.append(f"{', '.join(names)}{at} ({how})")
+    return f"Provenance: computed from {'; '.join(parts)}; rendered at {rendered}."
+
+
+def read_provenance(directory) -> dict:
+    """<dir>/provenance.json: table name -> the stamp it was written with ({} when absent or unreadable)."""
+    import json
+
+    try:
+        rec = json.loads((Path(directory) / PROVENANCE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def record_provenance(directory, name: str, stamp: dict) -> Path:
+    """Set table `name`'s stamp in <dir>/provenance.json (the other tables' stamps kept: each says when it was
+    rendered), renamed into place as every file here."""
+    import json
+
+    rec = read_provenance(directory)
+    rec[name] = stamp
+    return write_text(Path(directory) / PROVENANCE, json.dumps(dict(sorted(rec.items())), indent=1) + "\n")
+
+
+def provenance_summary(directory, tables: list[str] | None = None) -> str:
+    """The reuse of the run that wrote `directory`'s tables, in one paragraph: the commits that rendered them, and
+    every result read that an earlier run had computed (cached), with its commit and date, or that carries no record
+    of its commit; "" without provenance.json. `tables`: only these tables' stamps."""
+    rec = read_provenance(directory)
+    if tables is not None:
+        rec = {k: v for k, v in rec.items() if k in tables}
+    if not rec:
+        return ""
+    rendered = sorted({_short(s.get("rendered_at")) + ("+dirty" if s.get("rendered_dirty") else "")
+                       for s in rec.values()})  # fmt: skip
+    cached: dict[tuple, set] = {}
+    fresh: set[str] = set()
+    for t, s in rec.items():
+        for r in s.get("computed_from") or []:
+            if r["reuse"] == "this run":
+                fresh.add(r["result"])
+            else:
+                cached.setdefault((r["result"], r["git_commit"], (r.get("computed") or "")[:10]), set()).add(t)
+    text = f"Provenance: {len(rec)} table{'s' if len(rec) > 1 else ''} rendered at {', '.join(rendered)}."
+    if cached:
+        items = [f"{res} (computed at {_short(c)}{', ' + day if day else ''}; read by {len(ts)} table"
+                 f"{'s' if len(ts) > 1 else ''})" for (res, c, day), ts in sorted(cached.items())]  # fmt: skip
+        text += f" Reused from an earlier run, not recomputed: {'; '.join(items)}."
+    else:
+        text += " No cached result of an earlier run was read."
+    if fresh:
+        text += f" Computed this run: {', '.join(sorted(fresh))}."
+    return text
 
 
 def _md_headers(text: str) -> list[list[str]]:

@@ -1,0 +1,115 @@
+"""Provenance of reuse (issue 35): a result file records the commit that computed it; every table records what it
+read, computed at which commit (this run, cached by an earlier run, or no record), and the commit that rendered it;
+environment.md lists the cached results a run starts with; every published notebook copy, notebook 10's too,
+carries the commit (and profile) it ran at."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mrp_repro import runtime
+from mrp_repro.report import paper, tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def fresh_reads():
+    runtime.reset_reads()
+    yield
+    runtime.reset_reads()
+
+
+def _df():
+    return pd.DataFrame({"benchmark": ["synth-math"], "tpf": [1.5]})
+
+
+def test_a_result_records_the_commit_that_computed_it(smoke_profile, tmp_runs, fresh_reads):
+    path = paper.save_result(smoke_profile, "backbone", _df())
+    rec = runtime.computed_stamp(path)
+    v = runtime.code_version()
+    assert rec["git_commit"] == v["git_commit"] and rec["git_dirty"] == v["git_dirty"] and rec["computed"]
+    assert path.with_name(path.name + runtime.COMPUTED_SUFFIX).exists()
+    assert paper.load_result(smoke_profile, "backbone") is not None  # the stamp is no part of the sha256 record
+    assert runtime.cached_results(smoke_profile).startswith(f"backbone@{v['git_commit'][:12]} (")
+    assert runtime.provenance(smoke_profile, "cpu")["cached_results"] == runtime.cached_results(smoke_profile)
+
+
+def test_a_table_says_it_reused_a_cached_result_and_which_commit_computed_it(smoke_profile, tmp_runs, tmp_path,
+                                                                              monkeypatch, fresh_reads):  # fmt: skip
+    path = paper.save_result(smoke_profile, "backbone", _df())
+    # an earlier run computed it at another commit
+    rec = {**runtime.computed_stamp(path), "git_commit": "90a71a6" + "0" * 33, "computed": "2026-12-02T17:20:00+00:00"}
+    runtime.write_json_atomic(path.with_name(path.name + runtime.COMPUTED_SUFFIX), rec)
+    monkeypatch.setenv(runtime.RUN_STARTED_ENV, "2026-12-03T00:00:00+00:00")  # this run started later
+    paper.load_result(smoke_profile, "backbone")
+    figs = tmp_path / "figs"
+    tables.save_table(_df(), figs, "backbone")
+    md, tex = (figs / "backbone.md").read_text(), (figs / "backbone.tex").read_text()
+    line = md.strip().splitlines()[-1]
+    rendered = runtime.code_version()["git_commit"][:7]
+    assert line.startswith("Provenance: computed from backbone at 90a71a6 (cached by an earlier run, computed "
+                           "2026-12-02)") and f"rendered at {rendered}" in line  # fmt: skip
+    assert tex.startswith(f"% {line}\n")
+    stamp = tables.read_provenance(figs)["backbone"]
+    assert stamp["reused"] and stamp["computed_at"] == [rec["git_commit"]] and stamp["rendered_at"].startswith(rendered)
+    summary = tables.provenance_summary(figs)
+    assert "Reused from an earlier run, not recomputed: backbone (computed at 90a71a6, 2026-12-02" in summary
+    # the glossary reads no provenance: the record is JSON, the line is under the table
+    assert tables.table_columns(figs) == {"backbone": ["benchmark", "tpf"]}
+
+
+def test_a_result_computed_this_run_and_one_with_no_record(smoke_profile, tmp_runs, tmp_path, monkeypatch,
+                                                           fresh_reads):  # fmt: skip
+    monkeypatch.setenv(runtime.RUN_STARTED_ENV, "2000-01-01T00:00:00+00:00")
+    path = paper.save_result(smoke_profile, "backbone", _df())
+    paper.load_result(smoke_profile, "backbone")
+    old = paper.save_result(smoke_profile, "trajectories", _df())
+    old.with_name(old.name + runtime.COMPUTED_SUFFIX).unlink()  # a result of a package without the record
+    paper.load_result(smoke_profile, "trajectories")
+    figs = tmp_path / "figs"
+    tables.save_table(_df(), figs, "t")
+    line = (figs / "t.md").read_text().strip().splitlines()[-1]
+    assert "backbone at" in line and "(this run)" in line
+    assert "trajectories (no record of the commit that computed it)" in line
+    assert runtime.computed_stamp(path) and runtime.computed_stamp(old) is None
+    assert "trajectories@unrecorded" in runtime.cached_results(smoke_profile)
+    assert "Computed this run: backbone" in tables.provenance_summary(figs)
+    runtime.reset_reads()
+    tables.save_table(_df(), figs, "u")
+    assert (figs / "u.md").read_text().strip().endswith("(no cached result read).")
+
+
+def test_a_reproduce_run_marks_its_start_for_its_notebooks(monkeypatch):
+    monkeypatch.delenv(runtime.RUN_STARTED_ENV, raising=False)
+    t = runtime.mark_run_start()
+    assert runtime.run_started() == t and runtime.mark_run_start() == t  # set once
+
+
+def test_a_published_notebook_copy_is_stamped_with_its_commit_and_profile(smoke_profile, tmp_path):
+    from mrp_repro.reproduce import _stamp_commit
+
+    nb = tmp_path / "n.ipynb"
+    nb.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    _stamp_commit(nb, smoke_profile)
+    stamp = json.loads(nb.read_text())["metadata"]["mrp_repro"]
+    assert stamp["git_commit"] == runtime.provenance(smoke_profile, "cpu")["git_commit"]
+    assert stamp["profile_hash"] == smoke_profile.hash and "git_dirty" in stamp
+
+
+@pytest.mark.parametrize("profile", ["tiny"])
+def test_every_committed_notebook_copy_carries_a_stamp_notebook_10_too(profile):
+    """The opt-in notebook 10 is its own run (make ablations): its stamp names the commit and the profile hash it ran
+    at, which differ from environment.md's; the others carry environment.md's (tests/test_notebooks.py)."""
+    figs = ROOT / "figures" / profile
+    env = {r["key"]: r["value"] for r in pd.read_csv(figs / "environment.csv").to_dict("records")}
+    for nb in sorted((figs / "notebooks").glob("*.ipynb")):
+        stamp = json.loads(nb.read_text())["metadata"].get("mrp_repro", {})
+        assert len(stamp.get("git_commit", "")) == 40 and isinstance(stamp.get("git_dirty"), bool), nb.name
+    ten = json.loads((figs / "notebooks" / "10_ablations.ipynb").read_text())["metadata"]["mrp_repro"]
+    assert ten["profile_hash"] != env["profile_hash"] and ten["git_commit"] != env["git_commit"]
+    assert "after the run" in ten["stamped"]  # a stamp added later says so
