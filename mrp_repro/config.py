@@ -301,12 +301,16 @@ class DecodingConfig:
     verify: VerifyPath = "exact"
     # The dynamic-τ frontier, the control of record of direct mode and remasking (report.pareto, issue 35): the τ at
     # which dynamic(τ) is decoded beside static(1) in the controls grid (report.grids.control_settings), on top of
-    # `thresholds` (decoded in the modes grid already). The default samples every 0.05 in 0.05-0.95; a comparison
-    # whose frontier segment spans more than frontier_max_gap accuracy points is refused (pareto.frontier_gap):
-    # add τ there. Kept out of the modes grid, so adding it left that grid's cached spec valid.
+    # `thresholds` (decoded in the modes grid already). The default samples every 0.05 in 0.05-0.95; then, where the
+    # frontier still jumps by more than frontier_max_gap accuracy points between two sampled τ, the midpoint τ is
+    # decoded (report.grids.refine_frontier: up to frontier_refine_rounds rounds, never closer than frontier_min_step
+    # to a decoded τ), and a comparison whose segment still spans more is refused (pareto.frontier_gap). Kept out of
+    # the modes grid, so adding it left that grid's cached spec valid.
     frontier_thresholds: tuple[float, ...] = _in(
         0, 1, lo_open=True, hi_open=True, default=tuple(round(0.05 * i, 2) for i in range(1, 20)))
     frontier_max_gap: float = _in(0, lo_open=True, default=10.0)
+    frontier_min_step: float = _in(0, 1, lo_open=True, default=0.01)
+    frontier_refine_rounds: int = _in(0, 16, default=4)
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,67 @@ def test_the_profile_declares_the_grid_and_the_bound():
     assert len(d.frontier_thresholds) == 19 and np.allclose(steps, 0.05)  # τ steps of 0.05
     chain = load_profile("chain16").decoding  # every profile inherits the dense grid unless it declares its own
     assert chain.frontier_thresholds == d.frontier_thresholds
+
+
+def _cliff(taus, cliff=(0.5, 0.6), n=100, batch=32):
+    """Runs of one benchmark: static(1) and dynamic(τ) whose accuracy is 90% above the cliff's top, 30% below its
+    bottom and linear in between (a fraction of the prompts right, the first ones); TPF 1/τ."""
+    import math as m
+
+    from runs_helpers import synthetic_runs as sr
+
+    base = sr(n=n, benchmarks=("synth-math",), batch_size=batch)
+    static = base[base["mode"] == "static"]
+    lo, hi = cliff
+    rows = [static.assign(correct=static["prompt_index"] < 0.95 * n)]
+    for t in taus:
+        acc = 0.9 if t >= hi else 0.3 if t <= lo else 0.3 + 0.6 * (t - lo) / (hi - lo)
+        r = static.assign(mode="dynamic", setting=f"dynamic({t})", threshold=float(t),
+                          correct=static["prompt_index"] < acc * n,
+                          denoise_forwards=(static["tokens"] * t).round().clip(lower=1).astype(int))
+        rows.append(r)
+    out = pd.concat(rows, ignore_index=True)
+    assert not m.isnan(out["threshold"].iloc[-1])
+    return out
+
+
+def test_refine_taus_bisects_only_where_the_frontier_jumps():
+    r = _cliff([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])  # a 60-point cliff between τ 0.6 and 0.5
+    assert pareto.refine_taus(r, max_gap=10.0, min_step=0.01) == [0.55]
+    assert pareto.refine_taus(r, max_gap=70.0, min_step=0.01) == []  # no segment wider than the bound
+    assert pareto.refine_taus(r, max_gap=10.0, min_step=0.06) == []  # 0.1 apart < 2 x 0.06: a jump, not refined
+    step = _cliff([0.9, 0.5, 0.499], cliff=(0.499, 0.5))  # a true jump, at a resolution no grid resolves
+    assert pareto.refine_taus(step, max_gap=10.0, min_step=0.01) == []  # the jump 0.5 - 0.499: left as it is
+
+
+def test_refine_frontier_decodes_midpoints_until_no_segment_is_too_wide(monkeypatch):
+    """grids.refine_frontier: each round decodes the midpoint τ of every segment wider than frontier_max_gap (on the
+    frame's prompts and batch size), its wall clock on the frame's static scale, until none is left or the rounds
+    run out; here the 60-point cliff closes to steps of at most 7.5 points."""
+    from mrp_repro.report import grids
+
+    P = load_profile("tiny")
+    calls = []
+
+    def fake_collect(profile, bb, head, n_prompts=None, benchmarks=None, settings=None, batch_size=None):
+        taus = [p.tau for m, p in settings if m == "dynamic"]
+        calls.append((taus, batch_size))
+        out = _cliff(taus)
+        return out.assign(wall_s=out["wall_s"] * 2.0)  # a slower pass: scaled back to the frame's static
+
+    monkeypatch.setattr(grids, "collect_runs", fake_collect)
+    frame = _cliff([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])
+    out, added = grids.refine_frontier(P, None, None, frame)
+    assert added[0] == [0.55] and 1 < len(added) <= P.decoding.frontier_refine_rounds
+    assert all(bs == 32 for _, bs in calls) and [c[0] for c in calls] == added
+    assert pareto.refine_taus(out, P.decoding.frontier_max_gap, P.decoding.frontier_min_step) == []
+    taus = sorted(out.loc[out["mode"] == "dynamic", "threshold"].unique())
+    accs = [100 * out.loc[out["threshold"] == t, "correct"].mean() for t in taus]
+    assert max(abs(a - b) for a, b in zip(accs, accs[1:])) <= P.decoding.frontier_max_gap
+    new = out[out["setting"] == "dynamic(0.55)"]
+    ref = _cliff([0.55])
+    assert np.allclose(new["wall_s"].to_numpy(), ref.loc[ref["setting"] == "dynamic(0.55)", "wall_s"].to_numpy())
+    t = pareto.matched_speed_table(out, n_boot=0)
+    assert (t.loc[t["mode"] == "dynamic", "frontier_gap"].isna()).all()
+    one, added1 = grids.refine_frontier(P, None, None, frame, rounds=1)
+    assert added1 == [[0.55]] and len(one) == len(frame) + 100

@@ -15,7 +15,9 @@ decoding batch size on modes_runs' prompts: static(1) (the reference every grid 
 of decoding.frontier_thresholds that modes_runs does not decode (the dense dynamic frontier, the control of record of
 direct mode and remasking: report.pareto.frontier_runs joins the two grids' frontier rows), the random veto and the
 head-free confidence veto (both matched to remask(τ, tau) per state and in total) at every remasking τ, and
-direct(K, untrained) at the paper's direct steps. The other controls are modes_runs' own rows: speculative(K, naive)
+direct(K, untrained) at the paper's direct steps; then refined (refine_frontier: dynamic(τ) at the midpoint τ
+wherever the joint frontier still jumps by more than decoding.frontier_max_gap points, a few rounds, recorded in
+controls_runs.refined.json). The other controls are modes_runs' own rows: speculative(K, naive)
 and (oracle) beside speculative(K, mrp), naive_mtp(K) beside direct(K) (= direct(K) with a zero head), dynamic(τ)
 beside remask(τ).
 Each is stored as report.paper's result file of that name, beside a <name>.json with the grid's spec; a stored frame
@@ -40,7 +42,8 @@ from mrp_repro.measure.runs import collect_runs, settings_for
 from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
 
-__all__ = ["GRIDS", "LATENCY_PROMPTS", "CONTROL_TAUS", "CONTROL_STEPS", "control_settings", "grid_spec", "runs", "main"]
+__all__ = ["GRIDS", "LATENCY_PROMPTS", "CONTROL_TAUS", "CONTROL_STEPS", "control_settings", "refine_frontier",
+           "grid_spec", "runs", "main"]
 
 #: prompts per benchmark decoded one at a time for the lossless speedup (05's n_latency default)
 LATENCY_PROMPTS = 64
@@ -92,6 +95,44 @@ def control_settings(profile, head) -> list:
     u = untrained_head(head, seed=profile.seed)
     out += [("direct", UntrainedDirect(s, head=u)) for s in CONTROL_STEPS]
     return out
+
+
+def refine_frontier(profile, backbone, head, frame: pd.DataFrame, reference: pd.DataFrame | None = None,
+                    n_prompts: int | None = None, rounds: int | None = None) -> tuple[pd.DataFrame, list[list[float]]]:
+    """`frame` (a grid with static(1) and dynamic rows: controls_runs, or a seed run) with dynamic(τ) added where the
+    frontier of `reference` + `frame` still jumps by more than decoding.frontier_max_gap points between two decoded τ
+    (report.pareto.refine_taus: the midpoints, every benchmark of frame, on its prompts and batch size), for up to
+    `rounds` rounds (default decoding.frontier_refine_rounds); returns the frame and the τ added per round."""
+    from mrp_repro.decoding import Dynamic, Static
+    from mrp_repro.report import pareto
+
+    d = profile.decoding
+    added: list[list[float]] = []
+    for _ in range(d.frontier_refine_rounds if rounds is None else rounds):
+        ours = frame[frame["algorithm"] == "ours"]
+        both = ours if reference is None else pareto.frontier_runs(reference[reference["algorithm"] == "ours"], ours)
+        taus = pareto.refine_taus(both, d.frontier_max_gap, d.frontier_min_step)
+        if not taus:
+            break
+        settings = [("static", Static(1))] + [("dynamic", Dynamic(t)) for t in taus]
+        benches = list(dict.fromkeys(frame["benchmark"]))
+        bs = int(frame["batch_size"].iloc[0])
+        new = collect_runs(profile, backbone, head, n_prompts=n_prompts, benchmarks=benches, settings=settings,
+                           batch_size=bs)  # fmt: skip
+        # their wall clock on frame's scale: this pass's static(1) against frame's, per benchmark
+        for b in benches:
+            s_old, s_new = (x[(x["benchmark"] == b) & (x["mode"] == "static") & (x["algorithm"] == "ours")]
+                            for x in (frame, new))  # fmt: skip
+            if len(s_old) and len(s_new):
+                at = (new["benchmark"] == b) & (new["mode"] == "dynamic")
+                new.loc[at, "wall_s"] *= s_old["wall_s"].sum() / s_new["wall_s"].sum()
+        frame = pd.concat([frame, new[new["mode"] == "dynamic"]], ignore_index=True)
+        added.append(taus)
+    return frame, added
+
+
+def _refined_path(profile, name: str) -> Path:
+    return paper.result_path(profile, name).with_suffix(".refined.json")
 
 
 def _covering_grid(profile, head, name: str, spec: dict) -> str | None:
@@ -148,8 +189,38 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
             paper.save_result(profile, name, collect_runs(profile, backbone, head, progress=progress, **spec))
         if d.is_main:
             write_json_atomic(_spec_path(profile, name), _spec_record(spec))
+            _refined_path(profile, name).unlink(missing_ok=True)  # a new grid: refined afresh
         d.barrier()
+    if name == "controls_runs" and head is not None:
+        _refine(profile, backbone, head, name, n_prompts, progress)
     return paper.load_result(profile, name)
+
+
+def _refine(profile, backbone, head, name: str, n_prompts, progress: bool) -> None:
+    """controls_runs refined where the joint frontier (modes_runs + controls_runs) is too coarse (refine_frontier),
+    once per stored grid: the τ added are recorded beside it (<name>.refined.json), so a later call decodes nothing.
+    On the main rank (the few added decodes run in one process); the other ranks wait."""
+    from mrp_repro.runtime import write_json_atomic
+
+    d = distributed.current()
+    side = _refined_path(profile, name)
+    record = {"max_gap": profile.decoding.frontier_max_gap, "min_step": profile.decoding.frontier_min_step,
+              "rounds": profile.decoding.frontier_refine_rounds}
+    done = json.loads(side.read_text()) if side.exists() else None
+    if done is not None and {k: done.get(k) for k in record} == record:
+        return
+    modes = runs(profile, backbone, head, "modes_runs", n_prompts=n_prompts, progress=progress)
+    if d.is_main:
+        frame = paper.load_result(profile, name)
+        base = frame[~frame["setting"].isin(set((done or {}).get("settings", [])))]  # a new bound: from the grid
+        frame, added = refine_frontier(profile, backbone, head, base, modes, n_prompts)
+        paper.save_result(profile, name, frame)
+        taus = [t for r in added for t in r]
+        write_json_atomic(side, {**record, "taus_per_round": added,
+                                 "settings": [f"dynamic({t})" for t in taus]})  # fmt: skip
+        if progress and taus:
+            print(f"[grids] {name}: frontier refined at τ {', '.join(f'{t:g}' for t in taus)}", flush=True)
+    d.barrier()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,8 +25,10 @@ plain dynamic decoding at a higher τ *at the same speed*. The rule, declared he
   more τ there (decoding.frontier_thresholds), never a verdict.
 
 The frontier is sampled densely (issue 35): the modes grid's dynamic(τ) at decoding.thresholds, and the controls
-grid's at decoding.frontier_thresholds (every 0.05 by default): `frontier_runs` joins them (the frontier rows of the
-second grid that the first lacks, their wall clock scaled to the first grid's static(1)).
+grid's at decoding.frontier_thresholds (every 0.05 by default), refined where the frontier still jumps by more than
+max_gap (`refine_taus`: the midpoint τ, decoded by report.grids.refine_frontier, a few rounds); `frontier_runs` joins
+the grids (the frontier rows of the second grid that the first lacks, their wall clock scaled to the first grid's
+static(1)).
 
 Two speed axes (AXES): ``tpf`` (tokens per denoising forward, pooled over prompts) and ``wall_speedup`` (tokens/s over
 static(1)'s on the same prompts, wall clock of the runs frame: its batch size, in one process). Given the run's
@@ -47,7 +49,8 @@ from mrp_repro.measure.schema import require
 from mrp_repro.report.claims_controls import weighted_denoise_forwards
 
 __all__ = ["AXES", "WEIGHTED", "AXIS_LABELS", "MATCHED_COLUMNS", "FRONTIER_MAX_GAP", "GAP", "matched_speed_table",
-           "frontier", "frontier_gap", "frontier_runs", "pareto_points", "verdict_counts", "plot_matched_speed"]  # fmt: skip
+           "frontier", "frontier_gap", "frontier_runs", "refine_taus", "pareto_points", "verdict_counts",
+           "plot_matched_speed"]  # fmt: skip
 
 #: speed axes: column value -> what it is
 AXES = {"tpf": "tokens per denoising forward", "wall_speedup": "wall-clock tokens/s over static(1)"}
@@ -134,6 +137,45 @@ def frontier_runs(runs: pd.DataFrame, *more: pd.DataFrame | None) -> pd.DataFram
                      / s_new.set_index("problem_id").loc[ids, "wall_s"].sum())  # fmt: skip
             out.append(new[new["mode"] == "dynamic"].assign(wall_s=lambda d: d["wall_s"] * scale))
     return pd.concat(out, ignore_index=True) if len(out) > 1 else runs
+
+
+def refine_taus(runs: pd.DataFrame, max_gap: float = FRONTIER_MAX_GAP, min_step: float = 0.01) -> list[float]:
+    """The τ to decode next where the dynamic frontier is too coarse (issue 35: "τ steps of 0.05 or finer where
+    accuracy moves fast"): for every pair of neighbouring Pareto points (TPF, accuracy) of static(1) (τ = 1) and
+    dynamic(τ), per model, benchmark and algorithm, whose accuracies differ by more than max_gap points, the midpoint
+    of the two neighbouring decoded τ between them (dominated ones included) where accuracy moves most, unless those
+    are less than 2 × min_step apart (the midpoint would be closer than min_step to a decoded τ: the frontier jumps
+    there, at a resolution no denser grid resolves). Every benchmark's τ pooled, descending."""
+    need = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "correct", "tokens", "denoise_forwards"]
+    require(runs, need, "refine_taus")
+    front = runs[runs["mode"].isin(FRONTIER)]
+    have = {round(float(t), 6) for t in front.loc[front["mode"] == "dynamic", "threshold"]}
+    new: set[float] = set()
+    for _, g in front.groupby(["model", "benchmark", "algorithm"], sort=False):
+        pts = g.groupby("setting").agg(tok=("tokens", "sum"), den=("denoise_forwards", "sum"),
+                                       acc=("correct", "mean"), tau=("threshold", "first"), mode=("mode", "first"))
+        if (pts["mode"] == "dynamic").sum() < 1:
+            continue
+        tau = np.where(pts["mode"] == "static", 1.0, pts["tau"].astype(float))
+        speed = (pts["tok"] / pts["den"].clip(lower=1)).to_numpy(float)
+        acc = 100 * pts["acc"].astype(float).to_numpy()
+        keep = _pareto_order(speed, acc)
+        by_tau = np.argsort(-tau, kind="stable")  # every decoded τ, static (1) first
+        for a, b in zip(keep, keep[1:], strict=False):
+            if abs(acc[a] - acc[b]) <= max_gap:
+                continue
+            lo, hi = min(tau[a], tau[b]), max(tau[a], tau[b])
+            inside = [i for i in by_tau if lo - 1e-12 <= tau[i] <= hi + 1e-12]
+            # the segment's cliff: the neighbouring decoded τ (dominated ones too) between which accuracy moves most
+            pairs = [(abs(acc[i] - acc[j]), i, j) for i, j in zip(inside, inside[1:], strict=False)
+                     if tau[i] - tau[j] >= 2 * min_step - 1e-12]  # fmt: skip
+            if not pairs:
+                continue
+            _, i, j = max(pairs, key=lambda x: x[0])
+            mid = round((tau[i] + tau[j]) / 2, 6)
+            if mid not in have and 0 < mid < 1:
+                new.add(mid)
+    return sorted(new, reverse=True)
 
 
 def _stack(g: pd.DataFrame, settings: list[str], ids: np.ndarray, col: str) -> np.ndarray:

@@ -242,6 +242,7 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
     from mrp_repro import published, stages
     from mrp_repro.measure.adjacent import adjacent_step_similarity
     from mrp_repro.measure.runs import collect_runs, eval_problems
+    from mrp_repro.report.grids import refine_frontier
     from mrp_repro.report.paper import RESULTS_SCHEMA
     from mrp_repro.runtime import runs_root, set_num_threads
 
@@ -269,16 +270,21 @@ def seed_run(P, kind: str, s: int, n_prompts: int | None = None, threads: int | 
     key = hashlib.sha256("|".join(map(str, (hdir.name, [p.name for _, p in settings], n_prompts,
                                             Pe.section_hash("decoding", "data", "evaluation"), RESULTS_SCHEMA)))
                          .encode()).hexdigest()[:12]  # fmt: skip
-    runs = _csv_cached(d / f"runs-{key}.csv", lambda: collect_runs(Pe, bb, head, n_prompts=n_prompts,
+    base = _csv_cached(d / f"runs-{key}.csv", lambda: collect_runs(Pe, bb, head, n_prompts=n_prompts,
                                                                    settings=settings))  # fmt: skip
+    # the frontier refined where it jumps by more than frontier_max_gap (report.grids.refine_frontier), as the
+    # published run's controls grid is
+    runs = _csv_cached(d / f"runs-{key}-refined.csv", lambda: refine_frontier(Pe, bb, head, base,
+                                                                              n_prompts=n_prompts)[0])  # fmt: skip
+    refined = sorted(set(runs["setting"]) - set(base["setting"]))
     cost = _cost_cached(d / f"cost-{key}-b{Pe.decoding.batch_size}.csv", Pe, bb, head)
     adj = _csv_cached(d / f"adjacent-{hdir.name}.csv", lambda: adjacent_step_similarity(
         bb, eval_problems(Pe, n=32), max_distance=1, random_baseline=False))
     ev = Pe.evaluation
-    values = headline_values(runs[~runs["setting"].isin(_control_names(Pe, head))], adj, metrics,
-                             ev.bootstrap_samples, ev.ci)  # fmt: skip
+    controls = _control_names(Pe, head) | set(refined)
+    values = headline_values(runs[~runs["setting"].isin(controls)], adj, metrics, ev.bootstrap_samples, ev.ci)
     return {"runs": runs, "adjacent": adj, "metrics": metrics, "head_dir": hdir, "values": values, "cost_model": cost,
-            "controls": sorted(_control_names(Pe, head))}
+            "controls": sorted(controls)}
 
 
 def _cost_cached(path: Path, P, bb, head) -> pd.DataFrame:
