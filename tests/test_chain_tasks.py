@@ -1,4 +1,4 @@
-"""chain16's tasks (tasks/chain.py): answers are chains whose tokens depend on each other, scored like GSM8K / HumanEval."""
+"""chain16's tasks (tasks/chain.py): chained answers, scored like GSM8K / HumanEval."""
 
 import random
 

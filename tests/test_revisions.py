@@ -9,7 +9,8 @@ def _lookahead(k1, k4, lo, hi):
     return pd.DataFrame([
         {"benchmark": "b", "method": "naive_mtp", "lookahead_k": 1, "accuracy": k1, "accuracy_lo": k1 - 5,
          "accuracy_hi": k1 + 5},
-        {"benchmark": "b", "method": "naive_mtp", "lookahead_k": 4, "accuracy": k4, "accuracy_lo": lo, "accuracy_hi": hi},
+        {"benchmark": "b", "method": "naive_mtp", "lookahead_k": 4, "accuracy": k4, "accuracy_lo": lo,
+         "accuracy_hi": hi},
     ])  # fmt: skip
 
 

@@ -13,63 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 
 import pandas as pd
 
 from mrp_repro.config import load_profile, repo_root
+from mrp_repro.report.regime import regime_markdown
 
 __all__ = ["HEAD_SEEDS", "render", "main"]
 
 #: the head seeds of make variance; seed 0 (the profile's seed) is the published head, chosen before any decode
 HEAD_SEEDS = (0, 1, 2)
-
-_REGIME_ROWS = [
-    ("static_accuracy", "static(1) accuracy (%)", "55-92"),
-    ("dynamic_0.9_drop", "static − dynamic(0.9) (points)", "≤ 3"),
-    ("dynamic_0.5_drop", "static − dynamic(0.5) (points)", "15-45"),
-    ("max_step_drop", "largest fall between adjacent τ of 0.9, 0.8, ..., 0.5 (points)", "< half the fall 0.9 → 0.5"),
-    ("naive_mtp_1_accuracy", "naive MTP(1) accuracy (%)", "within 10 of static"),
-    ("naive_mtp_4_accuracy", "naive MTP(4) accuracy (%)", "< half of static"),
-    ("answer_tokens_to_eos", "mean answer length, static(1) (tokens to EOS)", "≥ 64"),
-    ("naive_drafter_tpf", "no-head drafter TPF, K = 3 (denoising forwards)", "–"),
-    ("oracle_drafter_tpf", "oracle drafter TPF, K = 3 (denoising forwards)", "–"),
-    ("naive_drafter_tpf_with_commit", "no-head drafter TPF, K = 3, commit forwards counted", "–"),
-    ("oracle_drafter_tpf_with_commit", "oracle drafter TPF, K = 3, commit forwards counted", "–"),
-    ("drafter_share_of_oracle", "no-head / oracle drafter TPF", "≤ 0.90"),
-]
-_TARGETS = {"static_accuracy": "target_static", "dynamic_0.9_drop": "target_dynamic_0.9",
-            "dynamic_0.5_drop": "target_dynamic_0.5", "max_step_drop": "target_graded",
-            "naive_mtp_1_accuracy": "target_naive_1", "naive_mtp_4_accuracy": "target_naive_4",
-            "answer_tokens_to_eos": "target_length", "drafter_share_of_oracle": "target_drafter_room"}  # fmt: skip
-
-
-def _cell(v, lo=None, hi=None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    s = f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
-    return s + (f" [{lo:.1f}, {hi:.1f}]" if lo is not None and not math.isnan(lo) else "")
-
-
-def regime_markdown(regime: pd.DataFrame) -> str:
-    """The regime table: one column per (model, benchmark), each statistic with its target and check."""
-    cols = [f"{r.model} {r.benchmark}" for r in regime.itertuples()]
-    lines = ["| statistic | target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
-    for key, label, target in _REGIME_ROWS:
-        cells = []
-        for _, r in regime.iterrows():
-            v = r.get(key, math.nan)
-            if key == "static_accuracy":
-                cell = _cell(v, r.get("static_accuracy_lo"), r.get("static_accuracy_hi"))
-            else:
-                cell = _cell(v)
-            check = r.get(_TARGETS.get(key, ""), None)
-            if isinstance(check, str) and cell != "–":
-                cell += f" ({check})"
-            cells.append(cell)
-        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
 
 def render(profile_name: str) -> str:
     from mrp_repro.report.claims import CLAIMS

@@ -1,7 +1,7 @@
 """The backbone's regime, measured with no MRP head: is a stand-in one where the paper's claims could hold or fail?
 
     .venv/bin/python -m mrp_repro.report.regime --profile chain16 [--compare tiny] [--n-prompts 200]
-    -> figures/<profile>/regime.{md,csv} (regime_rows.csv: the runs frame)
+    -> figures/<profile>/regime.{md,csv} (regime_rows_<profile>.csv: each measured profile's runs frame)
 
 Issue 34's targets, each from backbone-only decodes (static, dynamic(tau), naive MTP, the no-head and oracle
 drafters) on the same held-out prompts, with 95% bootstrap CIs over prompts, beside the paper's SDAR-4B / SDAR-8B
@@ -28,7 +28,7 @@ from mrp_repro.measure import stats
 from mrp_repro.measure.runs import collect_runs
 from mrp_repro.report import tables
 
-__all__ = ["REGIME_TAUS", "regime_settings", "regime_table", "paper_regime", "check_targets", "main"]
+__all__ = ["REGIME_TAUS", "regime_settings", "regime_table", "paper_regime", "check_targets", "regime_markdown", "main"]
 
 REGIME_TAUS = (0.9, 0.8, 0.7, 0.6, 0.5)  # the paper's tau grid (shared/paper/remasking.csv)
 DRAFT_K = 3
@@ -59,7 +59,7 @@ def regime_table(runs: pd.DataFrame, n_boot: int = 1000, ci: float = 0.95, seed:
         steps = [dyn[a] - dyn[b] for a, b in zip(REGIME_TAUS, REGIME_TAUS[1:], strict=False)]
         spec = g[g["mode"] == "speculative"]
 
-        def tpf(drafter: str, commit: bool) -> float:
+        def tpf(drafter: str, commit: bool, spec=spec) -> float:
             x = spec[spec["drafter"] == drafter]
             den = x["denoise_forwards"].sum() + (x["commit_forwards"].sum() if commit else 0)
             return float(x["tokens"].sum() / den) if den else math.nan
@@ -132,6 +132,52 @@ def paper_regime() -> pd.DataFrame:
         rows.append(row)
     return pd.DataFrame(rows)
 
+_REGIME_ROWS = [
+    ("static_accuracy", "static(1) accuracy (%)", "55-92"),
+    ("dynamic_0.9_drop", "static − dynamic(0.9) (points)", "≤ 3"),
+    ("dynamic_0.5_drop", "static − dynamic(0.5) (points)", "15-45"),
+    ("max_step_drop", "largest fall between adjacent τ of 0.9, 0.8, ..., 0.5 (points)", "< half the fall 0.9 → 0.5"),
+    ("naive_mtp_1_accuracy", "naive MTP(1) accuracy (%)", "within 10 of static"),
+    ("naive_mtp_4_accuracy", "naive MTP(4) accuracy (%)", "< half of static"),
+    ("answer_tokens_to_eos", "mean answer length, static(1) (tokens to EOS)", "≥ 64"),
+    ("naive_drafter_tpf", "no-head drafter TPF, K = 3 (denoising forwards)", "–"),
+    ("oracle_drafter_tpf", "oracle drafter TPF, K = 3 (denoising forwards)", "–"),
+    ("naive_drafter_tpf_with_commit", "no-head drafter TPF, K = 3, commit forwards counted", "–"),
+    ("oracle_drafter_tpf_with_commit", "oracle drafter TPF, K = 3, commit forwards counted", "–"),
+    ("drafter_share_of_oracle", "no-head / oracle drafter TPF", "≤ 0.90"),
+]
+_TARGETS = {"static_accuracy": "target_static", "dynamic_0.9_drop": "target_dynamic_0.9",
+            "dynamic_0.5_drop": "target_dynamic_0.5", "max_step_drop": "target_graded",
+            "naive_mtp_1_accuracy": "target_naive_1", "naive_mtp_4_accuracy": "target_naive_4",
+            "answer_tokens_to_eos": "target_length", "drafter_share_of_oracle": "target_drafter_room"}  # fmt: skip
+
+
+def _cell(v, lo=None, hi=None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    s = f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+    return s + (f" [{lo:.1f}, {hi:.1f}]" if lo is not None and not math.isnan(lo) else "")
+
+
+def regime_markdown(regime: pd.DataFrame) -> str:
+    """The regime table: one column per (model, benchmark), each statistic with its target and check."""
+    cols = [f"{r.model} {r.benchmark}" for r in regime.itertuples()]
+    lines = ["| statistic | target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
+    for key, label, target in _REGIME_ROWS:
+        cells = []
+        for _, r in regime.iterrows():
+            v = r.get(key, math.nan)
+            if key == "static_accuracy":
+                cell = _cell(v, r.get("static_accuracy_lo"), r.get("static_accuracy_hi"))
+            else:
+                cell = _cell(v)
+            check = r.get(_TARGETS.get(key, ""), None)
+            if isinstance(check, str) and cell != "–":
+                cell += f" ({check})"
+            cells.append(cell)
+        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
 
 def main(argv: list[str] | None = None) -> None:
     from mrp_repro import stages
@@ -158,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     table = pd.concat(frames + [paper_regime()], ignore_index=True)
     out = tables.out_dir(profile)
     table.to_csv(out / "regime.csv", index=False)
+    (out / "regime.md").write_text("# Backbone regime (report.regime; no MRP head)\n\n" + regime_markdown(table) + "\n")
     print(table.T.to_string())
 
 
