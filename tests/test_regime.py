@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from mrp_repro.decoding import Dynamic, NaiveLookahead
-from mrp_repro.report import preregister, regime
+from mrp_repro.report import regime
 
 
 def _runs(static, dyn, naive1, naive4, tokens=80, n=40, spec=((60, 30), (60, 20))):
@@ -61,8 +61,31 @@ def test_a_saturated_cliff_model_fails_its_targets():
     assert r["target_naive_4"] == "met"
 
 
-def test_the_preregistration_table_shows_every_statistic_and_its_check():
+def test_the_written_regime_table_has_every_statistic_its_target_and_check():
     t = pd.DataFrame([_table(static=0.8, dyn=(0.8, 0.75, 0.675, 0.6, 0.5), naive1=0.75, naive4=0.2)])
-    md = preregister.regime_markdown(pd.concat([t, regime.paper_regime()], ignore_index=True))
-    assert "| static(1) accuracy (%) | 55-92 | 80.0 [" in md and "(met)" in md
-    assert "SDAR-4B gsm8k" in md and "84.8" in md  # the paper's naive MTP(1) beside ours
+    long = regime.regime_long(pd.concat([t, regime.paper_regime()], ignore_index=True))
+    ours = long[long["model"] == "m"]
+    assert len(ours) == len(regime.REGIME_STATISTICS)
+    static = ours[ours["regime_statistic"] == "static(1) accuracy (%)"].iloc[0]
+    assert static["regime_value"] == pytest.approx(80.0) and static["regime_check"] == "met"
+    assert static["regime_value_lo"] < 80.0 < static["regime_value_hi"]
+    paper = long[(long["model"] == "SDAR-4B") & (long["benchmark"] == "gsm8k")]
+    assert paper.loc[paper["regime_statistic"] == "naive MTP(1) accuracy (%)", "regime_value"].iloc[0] == 84.8
+    from mrp_repro.measure import schema
+
+    assert not schema.undefined_columns(long.columns)
+
+
+def test_the_preregistration_names_the_backbone_the_regime_and_every_declared_test():
+    import json
+
+    from mrp_repro.config import repo_root
+    from mrp_repro.report import preregister
+    from mrp_repro.report.claims import CLAIMS
+
+    text = preregister.render("chain16")
+    rec = json.loads((repo_root() / "artifacts" / "chain16" / "published.json").read_text())
+    assert rec["backbone"]["files"]["backbone/model/model.safetensors"] in text
+    assert "| chain16 | chain-code | static(1) accuracy (%) |" in text
+    assert all(f"| {c.id} | {c.group} |" in text for c in CLAIMS)
+    assert "naive-mtp-collapses: its test was changed in f3c05be" in text

@@ -131,6 +131,13 @@ def empty_runs() -> pd.DataFrame:
 #: Two systematic families need no entry: ``<m>_lo`` / ``<m>_hi`` (the CI bounds of a defined metric m) and
 #: ``paper_<m>`` (the paper's m for paper_model); see define().
 TABLE_COLUMNS: dict[str, str] = {
+    # ---- the backbone's regime with no head (report.regime, issue 34's targets)
+    "regime_statistic": "a regime statistic of the backbone alone (report.regime.REGIME_STATISTICS: static and "
+    "dynamic(tau) accuracy, naive MTP, answer length, the no-head and oracle drafters' TPF at K = 3)",
+    "regime_value": "the statistic's value (accuracy in %, drops in points, TPF in tokens per forward); with "
+    "regime_value_lo / _hi its 95% bootstrap CI over prompts where it has one",
+    "regime_target": "issue 34's target for the statistic ('–' where it has none)",
+    "regime_check": "'met', or 'missed by' the shortfall in the statistic's unit; blank for the paper's rows",
     # ---- ablations (report.ablations, defaults K = 3, 5 and τ = 0.5, 0.7) and the seed spread (report.variance)
     "ablation": "the ablated design choice: depth, objective, k_steps, train_source, init (or released)",
     "label": "the head on this axis ('paper:' the paper's choice, 'ours:' the profile's)",

@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-import pandas as pd
-
 from mrp_repro.config import load_profile, repo_root
-from mrp_repro.report.regime import regime_markdown
 
 __all__ = ["HEAD_SEEDS", "render", "main"]
 
@@ -31,7 +28,7 @@ def render(profile_name: str) -> str:
     root = repo_root()
     rec = json.loads((root / "artifacts" / p.name / "published.json").read_text())
     bb = rec["backbone"]
-    regime = pd.read_csv(root / "figures" / p.name / "regime.csv")
+    regime = [ln for ln in (root / "figures" / p.name / "regime.md").read_text().splitlines() if ln.startswith("|")]
     sha = bb["files"]["backbone/model/model.safetensors"]
     m, t = p.mrp, p.mrp_training
     out = [
@@ -58,7 +55,7 @@ def render(profile_name: str) -> str:
         "unit. The paper's columns are its SDAR baselines (static = its lossless speculative accuracy; naive MTP: "
         "SDAR-4B GSM8K only).",
         "",
-        regime_markdown(regime),
+        "\n".join(regime),
         "",
         "## The head recipe and seeds",
         "",

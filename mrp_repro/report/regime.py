@@ -28,7 +28,8 @@ from mrp_repro.measure import stats
 from mrp_repro.measure.runs import collect_runs
 from mrp_repro.report import tables
 
-__all__ = ["REGIME_TAUS", "regime_settings", "regime_table", "paper_regime", "check_targets", "regime_markdown", "main"]
+__all__ = ["REGIME_TAUS", "REGIME_STATISTICS", "regime_settings", "regime_table", "paper_regime", "check_targets",
+           "regime_long", "main"]
 
 REGIME_TAUS = (0.9, 0.8, 0.7, 0.6, 0.5)  # the paper's tau grid (shared/paper/remasking.csv)
 DRAFT_K = 3
@@ -132,7 +133,7 @@ def paper_regime() -> pd.DataFrame:
         rows.append(row)
     return pd.DataFrame(rows)
 
-_REGIME_ROWS = [
+REGIME_STATISTICS = [
     ("static_accuracy", "static(1) accuracy (%)", "55-92"),
     ("dynamic_0.9_drop", "static − dynamic(0.9) (points)", "≤ 3"),
     ("dynamic_0.5_drop", "static − dynamic(0.5) (points)", "15-45"),
@@ -152,31 +153,21 @@ _TARGETS = {"static_accuracy": "target_static", "dynamic_0.9_drop": "target_dyna
             "answer_tokens_to_eos": "target_length", "drafter_share_of_oracle": "target_drafter_room"}  # fmt: skip
 
 
-def _cell(v, lo=None, hi=None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    s = f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
-    return s + (f" [{lo:.1f}, {hi:.1f}]" if lo is not None and not math.isnan(lo) else "")
-
-
-def regime_markdown(regime: pd.DataFrame) -> str:
-    """The regime table: one column per (model, benchmark), each statistic with its target and check."""
-    cols = [f"{r.model} {r.benchmark}" for r in regime.itertuples()]
-    lines = ["| statistic | target | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
-    for key, label, target in _REGIME_ROWS:
-        cells = []
-        for _, r in regime.iterrows():
+def regime_long(table: pd.DataFrame) -> pd.DataFrame:
+    """The regime table as written: one row per (model, benchmark, statistic), with its target and check."""
+    rows = []
+    for _, r in table.iterrows():
+        for key, label, target in REGIME_STATISTICS:
             v = r.get(key, math.nan)
-            if key == "static_accuracy":
-                cell = _cell(v, r.get("static_accuracy_lo"), r.get("static_accuracy_hi"))
-            else:
-                cell = _cell(v)
-            check = r.get(_TARGETS.get(key, ""), None)
-            if isinstance(check, str) and cell != "–":
-                cell += f" ({check})"
-            cells.append(cell)
-        lines.append(f"| {label} | {target} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            if pd.isna(v):
+                continue
+            lo = r.get(f"{key}_lo", math.nan)
+            hi = r.get(f"{key}_hi", math.nan)
+            check = r.get(_TARGETS.get(key, ""), "")
+            rows.append({"model": r["model"], "benchmark": r["benchmark"], "regime_statistic": label,
+                         "regime_value": float(v), "regime_value_lo": lo, "regime_value_hi": hi,
+                         "regime_target": target, "regime_check": check if isinstance(check, str) else ""})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,8 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         frames.append(regime_table(runs, profile.evaluation.bootstrap_samples, profile.evaluation.ci, profile.seed))
     table = pd.concat(frames + [paper_regime()], ignore_index=True)
     out = tables.out_dir(profile)
-    table.to_csv(out / "regime.csv", index=False)
-    (out / "regime.md").write_text("# Backbone regime (report.regime; no MRP head)\n\n" + regime_markdown(table) + "\n")
+    tables.save_table(regime_long(table), out, "regime", digits=2)
     print(table.T.to_string())
 
 
