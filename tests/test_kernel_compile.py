@@ -2,11 +2,12 @@
 
 The kernel tests run under TRITON_INTERPRET=1, which skips the code generator; this one compiles every kernel the
 wrappers launch, in every constexpr variant they pick (mrp_repro.kernels.compile_check, level "quick": bf16 at
-the SDAR vocabulary for both archs, and a small unaligned vocabulary for sm_90), through ptxas to a cubin. It runs
-in ONE subprocess without TRITON_INTERPRET (test_kernels.py sets it for this whole pytest process, and triton reads
-it when a kernel is decorated) and a fresh Triton cache, so every variant is really compiled: about 40 compiles,
-~12 s of CPU. The same subprocess compiles a kernel that reads a plain module global, to show the check can fail
-the way the confidence kernels failed before issue 30 ("Cannot access global variable _INT32_MAX").
+the SDAR vocabulary for both archs, and a small unaligned vocabulary for sm_90; the batch-invariant kernels of issue
+36 at SDAR-4B's decode shapes for both archs and at toy shapes for sm_90), through ptxas to a cubin. It runs in ONE
+subprocess without TRITON_INTERPRET (test_kernels.py sets it for this whole pytest process, and triton reads it when
+a kernel is decorated) and a fresh Triton cache, so every variant is really compiled: 53 compiles, ~15 s of CPU.
+The same subprocess compiles a kernel that reads a plain module global, to show the check can fail the way the
+confidence kernels failed before issue 30 ("Cannot access global variable _INT32_MAX").
 """
 
 from __future__ import annotations
@@ -73,7 +74,20 @@ def test_every_kernel_variant_compiles_for_sm80_and_sm90(compiled):
     for arch in ("sm_80", "sm_90"):
         names = {r["kernel"] for r in rows if r["arch"] == arch}
         assert names == {"_confidence_partial_kernel", "_confidence_combine_kernel", "_residual_kl_fwd_kernel",
-                         "_residual_kl_bwd_kernel"}, (arch, names)  # fmt: skip
+                         "_residual_kl_bwd_kernel", "_bi_matmul_kernel", "_bi_attention_kernel",
+                         "_bi_row_sum_kernel", "_bi_softmax_kernel"}, (arch, names)  # fmt: skip
+
+
+def test_the_batch_invariant_kernels_compile_without_the_interpreters_upcast(compiled):
+    """The GPU path of triton_batch_invariant: bf16 operands straight into tl.dot (UPCAST only under the
+    interpreter), fixed tiles (64 x 64 x 64 GEMM, 16 queries x 64 keys attention), one binary for every row count."""
+    rows = [r for r in compiled["rows"] if r["kernel"].startswith("_bi_")]
+    assert rows and all("'UPCAST': False" in r["variant"] for r in rows if r["kernel"] in ("_bi_matmul_kernel",
+                                                                                         "_bi_attention_kernel"))
+    mm = {r["variant"].split("}")[0] for r in rows if r["kernel"] == "_bi_matmul_kernel" and r["arch"] == "sm_80"}
+    assert mm == {"{'HAS_BIAS': False, 'IEEE': False, 'UPCAST': False, 'BLOCK_M': 64, 'BLOCK_N': 64, 'BLOCK_K': 64"}
+    att = {r["variant"].split("}")[0] for r in rows if r["kernel"] == "_bi_attention_kernel" and r["arch"] == "sm_80"}
+    assert att == {"{'HAS_MASK': True, 'IEEE': False, 'UPCAST': False, 'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_D': 128"}
 
 
 def _flags(variant: str) -> str:

@@ -39,6 +39,8 @@ SHARED_MEM_LIMIT = {80: 163 * 1024, 90: 227 * 1024}
 SDAR_VOCAB = 151936
 KERNELS = ("_confidence_partial_kernel", "_confidence_combine_kernel", "_residual_kl_fwd_kernel",
            "_residual_kl_bwd_kernel")  # fmt: skip
+#: the batch-invariant numerics' kernels (triton_batch_invariant, issue 36)
+BI_KERNELS = ("_bi_matmul_kernel", "_bi_attention_kernel", "_bi_row_sum_kernel", "_bi_softmax_kernel")
 
 
 @dataclass
@@ -75,6 +77,7 @@ class _Recorder:
 def _modules():
     conf = importlib.import_module("mrp_repro.kernels.triton_confidence")
     kl = importlib.import_module("mrp_repro.kernels.triton_residual_kl")
+    bi = importlib.import_module("mrp_repro.kernels.triton_batch_invariant")
     from triton.runtime.jit import JITFunction
 
     fn = conf._confidence_partial_kernel
@@ -83,21 +86,23 @@ def _modules():
             f"the kernels are {type(fn).__name__} objects, not JITFunctions: TRITON_INTERPRET was set when triton "
             "decorated them; run the compile check in a fresh process without TRITON_INTERPRET"
         )
-    return conf, kl
+    return conf, kl, bi
 
 
 @contextmanager
 def _recording(sink: list, scenario: list):
-    conf, kl = _modules()
+    conf, kl, bi = _modules()
     saved = [(m, n, getattr(m, n)) for m in (conf, kl) for n in KERNELS if hasattr(m, n)]
-    saved.append((conf, "interpreter_enabled", conf.interpreter_enabled))
+    saved += [(bi, n, getattr(bi, n)) for n in BI_KERNELS]
+    flags = [(conf, "interpreter_enabled", conf.interpreter_enabled), (bi, "_check", bi._check)]
     try:
-        for m, n, fn in saved[:-1]:
+        for m, n, fn in saved:
             setattr(m, n, _Recorder(fn, sink, scenario))
         conf.interpreter_enabled = lambda: True  # the wrappers' device check: CPU tensors stand in for CUDA ones
-        yield conf, kl
+        bi._check = lambda name, t: None  # the same for the batch-invariant wrappers (their GPU path: no UPCAST)
+        yield conf, kl, bi
     finally:
-        for m, n, obj in saved:
+        for m, n, obj in saved + flags:
             setattr(m, n, obj)
 
 
@@ -107,10 +112,11 @@ LEVELS = ("quick", "default", "all")
 def _scenarios(level: str) -> Iterator[tuple[str, tuple, dict]]:
     """(label, archs or () for all, call) for the ways decoding and training call the wrappers.
 
-    quick (the test, 36 compiles): bf16 (the decode dtype) at the SDAR vocabulary with every flag the wrappers
-    turn into a constexpr, for every arch; and a small unaligned vocabulary (V=500: BLOCK 512, no 16-divisibility,
-    one tile, int arguments equal to 1, which Triton specialises into constexprs) for sm_90. default adds fp32 and
-    fp16 and V=500 for every arch; all adds every dtype for every call.
+    quick (the test): bf16 (the decode dtype) at the SDAR vocabulary with every flag the wrappers turn into a
+    constexpr, for every arch; and a small unaligned vocabulary (V=500: BLOCK 512, no 16-divisibility, one tile, int
+    arguments equal to 1, which Triton specialises into constexprs) for sm_90; the batch-invariant kernels the same
+    way (SDAR-4B's decode shapes for every arch, unaligned toy shapes for sm_90). default adds fp32 and fp16 and
+    V=500 for every arch; all adds every dtype for every call.
     """
     big, small = (16, SDAR_VOCAB, 8), (3, 500, 2)
     ops = ("confidence", "residual", "kl")
@@ -134,15 +140,24 @@ def _scenarios(level: str) -> Iterator[tuple[str, tuple, dict]]:
     if level != "quick":  # A in bf16 (backbone) with C in fp32 (a head kept in fp32): the wrappers accept it
         yield "residual bf16/fp32", (), dict(op="residual", dtype=torch.bfloat16, c_dtype=torch.float32, n=16,
                                              v=SDAR_VOCAB, splits=8)  # fmt: skip
+    # the batch-invariant kernels (issue 36) at SDAR-4B's decode shapes and at unaligned toy shapes
+    bi_plan = {"quick": [(torch.bfloat16, "sdar", ()), (torch.bfloat16, "toy", (90,))],
+               "default": [(torch.bfloat16, "sdar", ()), (torch.float32, "sdar", ()), (torch.bfloat16, "toy", ())],
+               "all": [(dt, sh, ()) for dt in (torch.bfloat16, torch.float32, torch.float16) for sh in ("sdar", "toy")]}
+    for dt, shapes, archs in bi_plan[level]:
+        yield f"batch-invariant {str(dt)[6:]} {shapes}", archs, dict(op="bi", dtype=dt, shapes=shapes)
 
 
 def record_launches(level: str = "default") -> list[Launch]:
     """Run the wrappers on CPU tensors with every kernel launch recorded (nothing runs); one Launch per launch."""
     sink: list[Launch] = []
     scenario = [("", ())]
-    with _recording(sink, scenario) as (conf, kl):
+    with _recording(sink, scenario) as (conf, kl, bi):
         for label, archs, s in _scenarios(level):
             scenario[0] = (label, archs)
+            if s["op"] == "bi":
+                _record_batch_invariant(bi, s["dtype"], s["shapes"])
+                continue
             n, v, dt = s["n"], s["v"], s["dtype"]
             A = torch.zeros(n, v, dtype=dt)
             C = torch.zeros(n, v, dtype=s.get("c_dtype", dt))
@@ -158,6 +173,26 @@ def record_launches(level: str = "default") -> list[Launch]:
                 Cg = C.clone().requires_grad_()
                 kl.residual_kl(A, Cg, torch.zeros(n, v, dtype=dt), 0.5).sum().backward()
     return sink
+
+
+def _record_batch_invariant(bi, dt: torch.dtype, shapes: str) -> None:
+    """The batch-invariant wrappers as a forward calls them: the GEMMs of a decode step (16 rows; K and N of
+    SDAR-4B's projections and lm_head), attention over a cache (4-D bool mask broadcast over heads), RMSNorm's mean
+    over the hidden size and head_dim, log_softmax / softmax over the vocabulary; "toy": unaligned sizes."""
+    z = lambda *shape, d=dt: torch.zeros(*shape, dtype=d)  # noqa: E731
+    if shapes == "sdar":
+        gemms, (H, Hk, T, S, D), rows, V = [(16, 2560, 1024), (48, 9728, 2560), (16, 2560, SDAR_VOCAB)], \
+            (32, 8, 16, 80, 128), [(16, 2560), (16, 32, 128)], SDAR_VOCAB  # fmt: skip
+    else:
+        gemms, (H, Hk, T, S, D), rows, V = [(3, 40, 24)], (4, 2, 4, 13, 8), [(5, 40)], 500
+    for M, K, N in gemms:
+        bi.linear(z(M, K), z(N, K))
+    bi.attention(z(1, H, T, D), z(1, Hk, S, D), z(1, Hk, S, D), torch.ones(1, 1, T, S, dtype=torch.bool),
+                 enable_gqa=True)  # fmt: skip
+    for shape in rows:
+        bi.mean(z(*shape), keepdim=True)
+    for log in (False, True):
+        bi.softmax(z(4, V), log=log)
 
 
 def _jit_spec(launch: Launch, arch: int):
