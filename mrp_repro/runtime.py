@@ -461,12 +461,13 @@ def table_stamp() -> dict[str, Any]:
             "computed_at": commits or [v["git_commit"]], "reused": any(r["reuse"] != "this run" for r in src)}
 
 
+RESULTS_SCHEMA = "runs-v9"  # the runs frame's schema: the results directory's suffix (report.paper.results_dir)
+
+
 def cached_results(profile: Profile) -> str:
     """The result files present for `profile` (report.paper.results_dir, this profile hash and runs schema), each as
     `name@<12 hex of the commit that computed it> (<time>)`, `;`-joined; "" when there are none. A run started now
     reuses those whose settings match (report.grids, report.paper.cached_result); each table's stamp says which."""
-    from mrp_repro.report.paper import RESULTS_SCHEMA
-
     d = runs_root() / profile.name / f"results-{profile.hash}-{RESULTS_SCHEMA}"
     if not d.is_dir():
         return ""

@@ -123,10 +123,13 @@ def test_every_speculative_the_reports_build_reads_the_profiles_verify():
     (they built Speculative with the default verify, so the setting was silently ignored there)."""
     import inspect
 
+    from mrp_repro.model import ModelConfig
+    from mrp_repro.mrp import MRPHead
     from mrp_repro.report import ablations, drafters, speed, variance
 
     P = load_profile("smoke").replace({"decoding.verify": "loop"})
-    head = object()
+    head = MRPHead(ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2,
+                               num_kv_heads=1, head_dim=8), 1)  # the seed runs build an untrained twin of it
     assert ablations._spec_ours(3, head, P.decoding).verify == "loop"
     assert ablations._spec_upstream(3, head, P.decoding).verify == "loop"
     spec = [pol for name, pol in variance._settings(P, head) if name == "speculative"]

@@ -84,7 +84,7 @@ RESULTS = {
 #: bumped when the runs schema changes, so cached results of an older schema are never read
 # v6: naive settings named naive_mtp(K); v7: the algorithm column (ours / upstream); v8: the inputs column;
 # v9: the machine column (CPU capability, BLAS, threads)
-RESULTS_SCHEMA = "runs-v9"
+from mrp_repro.runtime import RESULTS_SCHEMA  # noqa: E402 - defined on the floor that stamps results
 
 #: the (mode, algorithm) pairs of each table's slice of modes_runs (split_runs): direct and naive exist in our
 #: algorithm only, so their slices hold our static alone; remasking keeps both algorithms (a key of its table)
