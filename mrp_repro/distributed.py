@@ -40,8 +40,10 @@ ERROR_FILE_ENV = "MRP_REPRO_RANK_ERRORS"
 
 
 #: errors a rank raises because another rank died (not a cause of their own)
+# a peer's death seen through the process group, or torchrun's SIGTERM to the survivors (cli.Terminated, "Terminated:")
 _SECONDARY = re.compile(
     r"Connection closed by peer|Connection reset by peer|remote worker crash|NCCL communicator was aborted"
+    r"|^Terminated\b", re.M
 )
 
 
