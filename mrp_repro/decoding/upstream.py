@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mrp_repro.decoding.engine import GenerationResult, RowStats
+from mrp_repro.decoding.engine import COUNTERS, GenerationResult, RowStats
 from mrp_repro.decoding.upstream_pick import upstream_confidence, upstream_pick, upstream_static_select
 from mrp_repro.model import VERIFY_PATHS, SDARModel
 
@@ -107,28 +107,58 @@ def upstream_layout(prompts: list[list[int]], block_size: int, max_new_tokens: i
 
 
 class _Run:
-    """One generate_upstream call's state that a policy's block denoising reads and updates."""
+    """One generate_upstream call's state that a policy's block denoising reads and updates.
+
+    Counting never syncs with the host (issue 36: a speculative round made ~32 host syncs, mostly counting): the
+    per-row counters live in one (B, len(COUNTERS)) device tensor, the batch counters that depend on device values in
+    device scalars, the accept lengths as one (working, lengths) pair per round; `finish` turns them into RowStats and
+    UpstreamCounters once, at the end. The batch counters known on the host (forwards, rounds) stay plain ints."""
 
     def __init__(self, model, cache, positions, mask_id, finished, rows: list[RowStats], batch: UpstreamCounters):
         self.model: SDARModel = model
         self.cache, self.positions, self.mask_id = cache, positions, mask_id
         self.finished = finished  # (B,) bool: rows that stopped (no more reveals)
         self.rows, self.batch = rows, batch
+        self.counts = torch.zeros(len(rows), len(COUNTERS), dtype=torch.long, device=finished.device)
+        self.batch_dev: dict[str, torch.Tensor] = {}  # UpstreamCounters field -> device scalar to add
+        self.accept: list[tuple[torch.Tensor, torch.Tensor]] = []  # per round: (working (B,), accepted (B,))
 
     def masked(self, state: torch.Tensor) -> torch.Tensor:  # (B, L) their mask_index
         return (state == self.mask_id) & ~self.finished[:, None]
 
     def count(self, name: str, per_row: torch.Tensor) -> None:
-        """RowStats.<name> += per_row[r] ((B,) bool or int)."""
-        for r, n in enumerate(per_row.long().tolist()):
-            setattr(self.rows[r], name, getattr(self.rows[r], name) + n)
+        """RowStats.<name> += per_row[r] ((B,) bool or int), on the device."""
+        self.counts[:, COUNTERS.index(name)] += per_row.to(self.counts.device).long()
+
+    def count_batch(self, name: str, n: torch.Tensor) -> None:
+        """UpstreamCounters.<name> += n (a device scalar), on the device."""
+        n = n.long()
+        self.batch_dev[name] = self.batch_dev[name] + n if name in self.batch_dev else n
 
     def reveal(self, cur: torch.Tensor, sel: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
         """cur with cur[sel] = tok[sel] (B, L); counts the real (non-[MASK]) reveals."""
         real = sel & (tok != self.mask_id)
         self.count("tokens", real.sum(1))
-        self.batch.tokens += int(real.sum())
+        self.count_batch("tokens", real.sum())
         return torch.where(sel, tok, cur)
+
+    def finish(self) -> None:
+        """Add the device counters into rows and batch (one transfer each)."""
+        for r, vals in enumerate(self.counts.tolist()):
+            for name, n in zip(COUNTERS, vals, strict=True):
+                if n:
+                    setattr(self.rows[r], name, getattr(self.rows[r], name) + n)
+        if self.batch_dev:
+            names = list(self.batch_dev)
+            for name, n in zip(names, torch.stack([self.batch_dev[k] for k in names]).tolist(), strict=True):
+                setattr(self.batch, name, getattr(self.batch, name) + n)
+        if self.accept:
+            working = torch.stack([w for w, _ in self.accept], 1).tolist()
+            acc = torch.stack([a for _, a in self.accept], 1).tolist()
+            for r, (ws, accs) in enumerate(zip(working, acc, strict=True)):
+                self.rows[r].accept_lengths.extend(a for w, a in zip(ws, accs, strict=True) if w)
+        self.counts.zero_()
+        self.batch_dev, self.accept = {}, []
 
 
 class UpstreamPolicy:
@@ -162,11 +192,10 @@ class UpstreamStatic(UpstreamPolicy):
 
 
 def _set(state: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """state with state[r, pos[r]] = tok[r] where valid[r] (a copy)."""
-    out = state.clone()
-    rows = valid.nonzero().flatten()
-    out[rows, pos[rows]] = tok[rows]
-    return out
+    """state with state[r, pos[r]] = tok[r] where valid[r] (a copy; no host sync: invalid rows write their own
+    value back at slot 0, pos of an invalid row being meaningless)."""
+    p = torch.where(valid, pos, torch.zeros_like(pos))[:, None]
+    return state.clone().scatter_(1, p, torch.where(valid, tok, state.gather(1, p).squeeze(1))[:, None])
 
 
 class UpstreamSpeculative(UpstreamPolicy):
@@ -204,7 +233,7 @@ class UpstreamSpeculative(UpstreamPolicy):
             p, t, v = upstream_pick(logits, cands[-1], run.mask_id, eligible)  # (B,) x 3
             cands.append(_set(cands[-1], p, t, v))
             drafts.append((p, t, v))
-            run.batch.drafts_proposed += int(v.sum())
+            run.count_batch("drafts_proposed", v.sum())
             run.count("drafted", v)
             if j == self.K - 1:
                 break
@@ -234,8 +263,9 @@ class UpstreamSpeculative(UpstreamPolicy):
         logits, hidden = seed.logits, seed.hidden  # (B, L, V), (B, L, H)
         B = cur.shape[0]
         ar = torch.arange(B, device=cur.device)
-        unchanged = 0  # consecutive rounds that changed no row
-        while masked.any():
+        unchanged = torch.zeros((), dtype=torch.long, device=cur.device)  # consecutive rounds that changed no row
+        more = True
+        while more:  # one host sync per round, at its end: whether any mask is left, whether the block stalled
             working = masked.any(1)  # (B,)
             run.batch.spec_rounds += 1
             run.count("rounds", working)
@@ -246,31 +276,31 @@ class UpstreamSpeculative(UpstreamPolicy):
             run.count("denoise_forwards", working)
             eligible = ~run.finished
             picks = [upstream_pick(vout.logits[:, k], cands[k], run.mask_id, eligible) for k in range(self.K + 1)]
-            acc = 0
-            for k in range(self.K):  # the batch's accepted prefix
-                (dp, dt, dv), (tp, tt, tv) = drafts[k], picks[k]
-                if not bool((((dp == tp) & (dt == tt)) | (~dv & ~tv)).all()):
-                    break
-                acc += 1
-            run.batch.drafts_accepted += acc
-            zero = torch.zeros(B, dtype=torch.long, device=cur.device)
-            row_acc = sum((drafts[k][2].long() for k in range(acc)), zero)
+            # the batch's accepted prefix, on the device: draft k is taken iff drafts 1..k match in EVERY row
+            match = torch.stack([(((dp == tp) & (dt == tt)) | (~dv & ~tv)).all()
+                                 for (dp, dt, dv), (tp, tt, tv) in zip(drafts, picks, strict=False)])  # fmt: skip
+            taken = torch.cumprod(match.long(), 0)  # (K,) 1 for the accepted drafts
+            acc = taken.sum()  # () the accepted count
+            run.count_batch("drafts_accepted", acc)
+            row_acc = sum(drafts[k][2].long() * taken[k] for k in range(self.K))  # (B,)
             run.count("accepted", row_acc)
-            for r in working.nonzero().flatten().tolist():
-                run.rows[r].accept_lengths.append(int(row_acc[r]))
-            real = sum(((drafts[k][2] & (drafts[k][1] != run.mask_id)).long() for k in range(acc)), zero)
+            run.accept.append((working, row_acc))
+            real = sum((drafts[k][2] & (drafts[k][1] != run.mask_id)).long() * taken[k] for k in range(self.K))
             run.count("tokens", real)
-            run.batch.tokens += int(real.sum())
-            new = cands[acc].clone()
-            bp, bt, bv = picks[acc]  # the bonus: the backbone's pick on C(accepted)
-            bonus = bv & run.masked(new)[ar, bp]
-            run.batch.bonus_tokens += int(bonus.sum())
+            run.count_batch("tokens", real.sum())
+            at = acc.view(1)
+            new = torch.stack(cands, 1).index_select(1, at).squeeze(1)  # C(accepted), a copy
+            bp, bt, bv = (torch.stack(x, 1).index_select(1, at).squeeze(1) for x in zip(*picks, strict=True))
+            bonus = bv & run.masked(new)[ar, bp]  # the bonus: the backbone's pick on C(accepted)
+            run.count_batch("bonus_tokens", bonus.sum())
             new = run.reveal(new, torch.zeros_like(masked).index_put_((ar, bp), bonus), bt[:, None].expand_as(new))
-            logits, hidden = vout.logits[:, acc], vout.hidden[:, acc]
-            unchanged = unchanged + 1 if torch.equal(new, cur) else 0
+            logits, hidden = vout.logits.index_select(1, at).squeeze(1), vout.hidden.index_select(1, at).squeeze(1)
+            unchanged = torch.where((new != cur).any(), torch.zeros_like(unchanged), unchanged + 1)
             cur = new
             masked = run.masked(cur)
-            if unchanged == 2 and masked.any():  # a fixed point: their loop would never end
+            left = masked.any()
+            more, stalled = torch.stack([left, (unchanged == 2) & left]).tolist()
+            if stalled:  # a fixed point: their loop would never end
                 run.batch.stalled_blocks += 1
                 break
         return cur
@@ -314,6 +344,7 @@ def generate_upstream(model: SDARModel, prompts: list[list[int]], policy: Upstre
         run.count("commit_forwards", ~run.finished)
         x[:, lo:hi] = cur
         run.finished |= (torch.isin(x, eos) & generated).any(1)
+    run.finish()
     tokens = []
     eos_set = set(eos_ids)
     for r, row in enumerate(x.tolist()):
