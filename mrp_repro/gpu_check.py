@@ -383,15 +383,24 @@ def _compile_limits():
     """dynamo's recompile limit raised to cover the shapes decoding makes (per call kind: block forward, commit, fused
     commit, prefill, verify of 1..K candidates, the head's step and commit, growing and static cache: beyond the
     default 8, past which dynamo runs the frame eagerly), and a hit made an error (so it is a failed row, not a
-    silently eager timing). Returns the settings to restore."""
+    silently eager timing). Both spellings (torch >= 2.6: recompile_limit; before: cache_size_limit), whichever this
+    torch has. Returns the settings to restore."""
     import torch._dynamo as dynamo
 
-    saved = {k: getattr(dynamo.config, k) for k in ("recompile_limit", "accumulated_recompile_limit",
-                                                    "fail_on_recompile_limit_hit")}  # fmt: skip
-    dynamo.config.recompile_limit = 64
-    dynamo.config.accumulated_recompile_limit = max(saved["accumulated_recompile_limit"], 1024)
-    dynamo.config.fail_on_recompile_limit_hit = True
+    want = {"recompile_limit": 64, "cache_size_limit": 64, "accumulated_recompile_limit": 1024,
+            "accumulated_cache_size_limit": 1024, "fail_on_recompile_limit_hit": True,
+            "fail_on_cache_limit_hit": True}  # fmt: skip
+    saved = {k: getattr(dynamo.config, k) for k in want if hasattr(dynamo.config, k)}
+    for k in saved:
+        setattr(dynamo.config, k, max(want[k], saved[k]) if isinstance(want[k], int) and want[k] is not True
+                else want[k])  # fmt: skip
     return saved
+
+
+def _recompile_limit() -> int | None:
+    import torch._dynamo as dynamo
+
+    return getattr(dynamo.config, "recompile_limit", getattr(dynamo.config, "cache_size_limit", None))
 
 
 def _uncompile(*modules):
@@ -448,7 +457,7 @@ def engine_compiled_rows(dev, small: bool) -> list[dict]:
                 except Exception as exc:  # a CUDA-graph error or a recompile-limit hit: what this section is for
                     rows.append(_row(S, what, float("nan"), "", False, _err(exc)))
             rows.append(_row(S, f"graphs dynamo compiled, {name}", counters["stats"]["unique_graphs"] - g0, "graphs",
-                             None, f"recompile limit {dynamo.config.recompile_limit} per frame; a hit is a failed row"))
+                             None, f"recompile limit {_recompile_limit()} per frame; a hit is a failed row"))
         for st in (False, True):
             cache = "static cache" if st else "growing cache"
             if ("no graphs", st) in got and ("CUDA graphs", st) in got:
