@@ -34,8 +34,15 @@ import torch
 
 from mrp_repro.model import resolve_verify
 
-__all__ = ["cost_model", "run_cost_model", "head_cost_ratio", "with_cost_model", "cost_note", "COST_REPEATS",
-           "COST_CONTEXT_BLOCKS", "verify_passes"]  # fmt: skip
+__all__ = ["weighted_denoise_forwards", "cost_model", "run_cost_model", "head_cost_ratio", "with_cost_model",
+           "cost_note", "COST_REPEATS", "COST_CONTEXT_BLOCKS", "verify_passes"]  # fmt: skip
+
+
+def weighted_denoise_forwards(runs: pd.DataFrame, cost: float) -> pd.Series:
+    """Denoising forwards plus head calls charged at `cost` forwards each (0 where the run has no cost model)."""
+    c = 0.0 if math.isnan(cost) else cost
+    return runs["denoise_forwards"].astype(float) + c * runs["mrp_forwards"].astype(float)
+
 
 #: the run's cost model: interleaved repeats (medians) and context blocks in the caches (run_cost_model)
 COST_REPEATS = 10

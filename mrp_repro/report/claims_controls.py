@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.measure import stats
+from mrp_repro.measure.cost import weighted_denoise_forwards  # re-exported: the claims' charge
 from mrp_repro.report.verdicts import (
     DIRECTION,
     HOLDS,
@@ -101,12 +102,6 @@ def head_cost(tables, batch_size: int) -> float:
         return math.nan
     hit = t[t["batch_size"] == batch_size]
     return float(hit["head_cost"].iloc[0]) if len(hit) else math.nan
-
-
-def weighted_denoise_forwards(runs: pd.DataFrame, cost: float) -> pd.Series:
-    """Denoising forwards plus head calls charged at `cost` forwards each (0 where the run has no cost model)."""
-    c = 0.0 if math.isnan(cost) else cost
-    return runs["denoise_forwards"].astype(float) + c * runs["mrp_forwards"].astype(float)
 
 
 def _one(runs: pd.DataFrame, **keys) -> pd.DataFrame:

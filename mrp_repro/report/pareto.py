@@ -33,7 +33,7 @@ static(1)).
 Two speed axes (AXES): ``tpf`` (tokens per denoising forward, pooled over prompts) and ``wall_speedup`` (tokens/s over
 static(1)'s on the same prompts, wall clock of the runs frame: its batch size, in one process). Given the run's
 measured ``head_cost`` (one MRP head call in backbone forwards, measure.cost), a third, WEIGHTED: ``weighted_tpf``,
-TPF with every head call charged at that cost (report.claims_controls.weighted_denoise_forwards, the charge the
+TPF with every head call charged at that cost (measure.cost.weighted_denoise_forwards, the charge the
 equal-speed claims apply), so a setting that buys TPF with head calls is compared at the speed it costs. Rows: every
 remask and direct setting, and the frontier's own settings (static, dynamic: margin blank).
 """
@@ -45,8 +45,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from mrp_repro.measure.cost import weighted_denoise_forwards
 from mrp_repro.measure.schema import require
-from mrp_repro.report.claims_controls import weighted_denoise_forwards
 
 __all__ = ["AXES", "WEIGHTED", "AXIS_LABELS", "MATCHED_COLUMNS", "FRONTIER_MAX_GAP", "GAP", "matched_speed_table",
            "frontier", "frontier_gap", "frontier_runs", "refine_taus", "pareto_points", "verdict_counts",
