@@ -97,10 +97,13 @@ def record(name: str) -> dict | None:
 
 def backbone_settings(profile: Profile) -> dict[str, Any]:
     """What a scratch backbone depends on: exactly the inputs of stages.backbone_dir's cache key."""
+    from mrp_repro.tasks import chain
     from mrp_repro.tasks.synthetic import GENERATOR_VERSION
 
     d = profile.to_dict()
     out = {"seed": d["seed"], "block_size": d["block_size"], "synthetic_generator_version": GENERATOR_VERSION}
+    if set(profile.data.tasks) & set(chain.TASKS):  # as in stages.backbone_key: the chain data's version too
+        out["chain_generator_version"] = chain.GENERATOR_VERSION
     out.update({s: d[s] for s in ("model", "tokenizer", "data", "backbone_training")})
     return out
 

@@ -75,3 +75,17 @@ def test_training_block_sizes_alternate_and_must_divide_block_size():
     assert train_block_size(load_profile("tiny"), 7) == 8
     with pytest.raises(ConfigError, match="must divide block_size"):
         p.replace({"backbone_training.block_sizes": [6]})
+
+
+def test_chain_generator_version_is_in_the_backbone_key_and_the_published_settings(monkeypatch):
+    # a published chain16 backbone trained on other chain data must not stand in for this one (it did: the key
+    # had the version, the published record did not)
+    from mrp_repro import published, stages
+
+    P = load_profile("chain16")
+    key, settings = stages.backbone_key(P), published.backbone_settings(P)
+    assert settings["chain_generator_version"] == chain.GENERATOR_VERSION
+    monkeypatch.setattr(chain, "GENERATOR_VERSION", chain.GENERATOR_VERSION + 1)
+    assert stages.backbone_key(P) != key
+    assert published.settings_differences(settings, published.backbone_settings(P)) != []
+    assert "chain_generator_version" not in published.backbone_settings(load_profile("tiny"))

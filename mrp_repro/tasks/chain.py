@@ -5,10 +5,10 @@ by design), every answer here is a chain: each step's tokens are fixed by what c
 uncertainty (which term next, which phrasing, which name) moves every later token.
 
 ``chain-math``  (stand-in for GSM8K; scored on the final answer, GSM8K's ``#### N`` extraction)
-    prompt ``Q:37,+25,-18,+9,-4=`` (a start value, then 3-5 signed terms, padded with ``.`` to whole blocks)
-    answer ``Start at 37. Then 37-4=33. Next 33+9=42. Then 42-18=24. Now 24+25=49. #### 49``: the terms are applied
+    prompt ``Q:37,+5,-8,+9,-4=`` (a start value, then 3-5 signed terms, padded with ``.`` to whole blocks)
+    answer ``Start at 37. Then 37-4=33. Next 33+5=38. Then 38-8=30. Now 30+9=39. #### 39``: the terms are applied
     smallest magnitude first, noisily (sort key ``|x| + N(0, ORDER_NOISE)``), so how sure the next term is depends
-    on the gaps between the prompt's terms (0.5 for a near tie, ~1 for a gap of 30), and each running value is
+    on the gaps between the prompt's terms (0.5 for a near tie, ~0.99 for a gap of 7), and each running value is
     carried into the next step. The step words vary (``Then``/``Next``/``Now``, skewed), which moves every later
     character of the step.
 
@@ -33,15 +33,15 @@ from .benchmarks import Problem
 from .splits import SPLITS, split_of_key
 
 TASKS = ("chain-math", "chain-code")
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: one-digit terms, order noise 2 (v1: terms 2-49 were beyond a 1.3M model in 2400 steps)
 PAD = "."
 
 # chain-math
 MATH_START = (20, 99)
-MATH_TERM = (2, 49)
+MATH_TERM = (2, 9)
 MATH_N_TERMS = (3, 5)
 MATH_MAX_VALUE = 199  # every running value stays in [0, MATH_MAX_VALUE] whatever the order
-ORDER_NOISE = 8.0  # sd of the noise on the sort key |x|: a gap of 10 puts the smaller first with p 0.81
+ORDER_NOISE = 2.0  # sd of the noise on the sort key |x|: a gap of 3 puts the smaller first with p 0.86
 STEP_WORDS = (("Then ", 0.6), ("Next ", 0.25), ("Now ", 0.15))
 
 # chain-code
@@ -64,7 +64,7 @@ def prompt_len(task: str, block_size: int) -> int:
     """Prompt length at ``block_size``: the longest prompt body plus ``=``, rounded up to whole blocks."""
     _check_task(task)
     if task == "chain-math":
-        core = 2 + 2 + MATH_N_TERMS[1] * 4 + 1  # Q: + start + ",+xx" per term + =
+        core = 2 + 2 + MATH_N_TERMS[1] * (2 + len(str(MATH_TERM[1]))) + 1  # Q: + start + ",+x" per term + =
     else:
         core = 2 + CODE_N_STATEMENTS[1] * 4 - 1 + 1  # Q: + "a+b;" per statement (no trailing ;) + =
     return _round_up(core, block_size)
