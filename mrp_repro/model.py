@@ -103,19 +103,64 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def attention_mask(module: nn.Module, mask: torch.Tensor) -> torch.Tensor | None:
+#: the released call forms of a mask under upstream numerics (attention_mask): all True (run unmasked), every row the
+#: same (the released (1, T, S) mask), rows that differ (the (B, 1, T, S) mask as given)
+MASK_FORMS = ("unmasked", "shared", "rows")
+#: True: attention_mask also reads every mask whose form the host decided and raises where the two differ (tests)
+VERIFY_MASK_FORMS = False
+
+
+def mask_form_of(mask: torch.Tensor) -> str:
+    """The form (MASK_FORMS) of `mask` (B, 1, T, S) read from its contents: one or two host syncs."""
+    if bool(mask.all()):
+        return "unmasked"
+    if mask.shape[0] == 1 or bool((mask == mask[:1]).all()):
+        return "shared"
+    return "rows"
+
+
+def attention_mask(module: nn.Module, mask: torch.Tensor, form: str | None = None) -> torch.Tensor | None:
     """The mask attention is called with, once per forward: `mask` (B, 1, T, S) itself under our numerics. Where
-    `module` runs upstream numerics, the released code's form: None where `mask` is all True (their all-ones calls:
-    `released_attention` runs them unmasked), the released shape (1, T, S) bool where every row of it is the same
-    (their layout: rows share positions, no padding; their prefill and verify masks are [1, T, S]), else `mask`
-    (rows that differ, a padded batch of our engine's, have no released form). One or two host syncs per forward."""
+    `module` runs upstream numerics, the released code's form (MASK_FORMS): None where `mask` is all True (their
+    all-ones calls: `released_attention` runs them unmasked), the released shape (1, T, S) bool where every row of it
+    is the same (their layout: rows share positions, no padding; their prefill and verify masks are [1, T, S]), else
+    `mask` (rows that differ, a padded batch of our engine's, have no released form).
+
+    `form`: the form as the caller knows it on the host (SDARModel._mask_form: from the cache's host flag
+    `KVCache.known_valid`, whether key_valid was given, the mask's structure), else a hint set by mask_form_hint;
+    with neither, it is read from the mask (mask_form_of: one or two host syncs per forward; issue 36)."""
     if getattr(module, "numerics", "ours") != "upstream":
         return mask
-    if bool(mask.all()):
+    if form is None:
+        form = module.__dict__.get("_mask_form_hint")
+    if form is None:
+        form = mask_form_of(mask)
+    elif VERIFY_MASK_FORMS and form != mask_form_of(mask) and not (form == "rows" and mask.shape[0] == 1):
+        raise AssertionError(f"attention_mask: the host said {form!r}, the mask is {mask_form_of(mask)!r}")
+    if form not in MASK_FORMS:
+        raise ValueError(f"mask form {form!r}: choose one of {MASK_FORMS}")
+    if form == "unmasked":
         return None
-    if mask.shape[0] == 1 or bool((mask == mask[:1]).all()):
-        return mask[:1, 0].contiguous()
-    return mask
+    return mask[:1, 0].contiguous() if form == "shared" or mask.shape[0] == 1 else mask
+
+
+@contextmanager
+def mask_form_hint(module: nn.Module, form: str):
+    """Inside the block, `module`'s attention_mask takes its mask's form (MASK_FORMS) from the caller instead of
+    reading the mask (no host sync): for a caller that knows it from how it calls, e.g. the upstream speculative
+    round's head calls (MRPHead.forward with no cache and no key_valid: its block mask is all True). Checked against
+    the mask under VERIFY_MASK_FORMS."""
+    if form not in MASK_FORMS:
+        raise ValueError(f"mask form {form!r}: choose one of {MASK_FORMS}")
+    old = module.__dict__.get("_mask_form_hint")
+    module._mask_form_hint = form
+    try:
+        yield
+    finally:
+        if old is None:
+            del module._mask_form_hint
+        else:
+            module._mask_form_hint = old
 
 
 _FLASH_ATTN: list = []  # [flash_attn_func or None, version or None]: flash-attn looked up once per process
@@ -290,6 +335,9 @@ class KVCache:
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         self.length = 0
         self.static = static
+        # on the host: every slot written so far is valid in every row (each write's key_valid was all True by
+        # construction, i.e. not given); read by SDARModel._mask_form instead of the mask's contents (no host sync)
+        self.known_valid = True
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None,
@@ -313,21 +361,24 @@ class KVCache:
         self.k[layer, :, :, self.length : self.length + T] = k
         self.v[layer, :, :, self.length : self.length + T] = v
 
-    def advance(self, key_valid: torch.Tensor):
-        """Mark the T slots just written (key_valid (B, T)) as used."""
+    def advance(self, key_valid: torch.Tensor, all_valid: bool = False):
+        """Mark the T slots just written (key_valid (B, T)) as used. all_valid: the caller knows on the host that
+        key_valid is all True (it built it so); else `known_valid` is off for the rest of the cache's life."""
         T = key_valid.shape[1]
         self.valid[:, self.length : self.length + T] = key_valid
         self.length += T
+        self.known_valid = self.known_valid and all_valid
 
     def select_rows(self, rows: torch.Tensor) -> KVCache:
         """A cache holding only the given batch rows (shares no storage)."""
         out = KVCache.__new__(KVCache)
-        out.k, out.v, out.valid, out.length, out.static = (
+        out.k, out.v, out.valid, out.length, out.static, out.known_valid = (
             self.k[:, rows].clone(),
             self.v[:, rows].clone(),
             self.valid[rows].clone(),
             self.length,
             self.static,
+            self.known_valid,
         )
         return out
 
@@ -379,20 +430,23 @@ class SDARModel(NumericsAware, nn.Module):
         write_len: int | None = None,  # write only the first write_len keys (a fused commit); None: all T
         with_logits: bool = True,  # False: skip lm_head (a commit's logits are never read)
         logits_from: int = 0,  # lm_head over positions >= logits_from only (a fused commit's new block)
+        mask_form: str | None = None,  # MASK_FORMS, known on the host (_mask_form); None: attention_mask reads it
     ) -> ModelOutput:
         if fold > 1 and write_cache:
             raise ValueError("a folded forward reads the cache; it cannot write it (use fold=1)")
         x = self.embed_tokens(input_ids)  # (B, T, H)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
-        mask = attention_mask(self, mask)
+        mask = attention_mask(self, mask, mask_form)
         W = input_ids.shape[1] if write_len is None else write_len
         for i, layer in enumerate(self.layers):
             x, (k, v) = layer(x, cos, sin, mask, cache.past(i) if cache is not None else None, fold)
             if write_cache:
                 cache.write(i, k[:, :, :W], v[:, :, :W])
         if write_cache:
-            kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
-            cache.advance(kv[:, :W])
+            if key_valid is None:
+                cache.advance(torch.ones_like(input_ids[:, :W], dtype=torch.bool), all_valid=True)
+            else:
+                cache.advance(key_valid[:, :W])
         hidden = self.norm(x)
         if not with_logits:
             return ModelOutput(None, hidden)
@@ -408,19 +462,36 @@ class SDARModel(NumericsAware, nn.Module):
             valid = valid[:, None].expand(-1, fold, -1).flatten(0, 1)
         return valid[:, None, None, :].expand(B, 1, T, valid.shape[1])
 
+    def _mask_form(self, cache: KVCache | None, own_valid: bool, structured: bool = False) -> str | None:
+        """The form (MASK_FORMS) attention_mask would read from a mask [cache key slots | own keys], decided on the
+        host with no sync (issue 36), under the upstream numerics; None (read from the mask) where the host does not
+        know, and under ours (unused). own_valid: the own keys' key_valid was not given (all True by construction);
+        structured: the own part has False entries whatever the validity (block-causal over several blocks,
+        packed candidates). The cache part is known where every slot written so far was (KVCache.known_valid):
+        then every row is alike, all True for a growing cache, for a static one only once full."""
+        if getattr(self, "numerics", "ours") != "upstream" or not own_valid:
+            return None
+        if cache is None:
+            cache_all = True
+        elif isinstance(cache, KVCache) and cache.known_valid:
+            cache_all = not cache.static or cache.length == cache.k.shape[3]
+        else:
+            return None
+        return "unmasked" if cache_all and not structured else "shared"
+
     def prefill(
         self, input_ids, position_ids, key_valid, cache: KVCache, block_size: int, with_logits: bool = True
     ) -> ModelOutput:
-        """(a) whole blocks, block-causal among themselves, after whatever the cache holds."""
+        """(a) whole blocks, block-causal among themselves, after whatever the cache holds. key_valid None: every
+        key is real."""
         B, T = input_ids.shape
         if T % block_size:
             raise ValueError(f"prefill takes whole blocks: length {T} is not a multiple of block {block_size}")
-        mask = torch.cat(
-            [self._cache_keys(cache, B, T, input_ids.device), block_causal_mask(key_valid, block_size)], -1
-        )
-        return self(
-            input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid, with_logits=with_logits
-        )
+        kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        mask = torch.cat([self._cache_keys(cache, B, T, input_ids.device), block_causal_mask(kv, block_size)], -1)
+        form = self._mask_form(cache, key_valid is None, structured=T > block_size)
+        return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid,
+                    with_logits=with_logits, mask_form=form)  # fmt: skip
 
     def commit_and_forward(
         self, prev_ids, prev_positions, prev_valid, input_ids, position_ids, cache: KVCache, key_valid=None
@@ -466,13 +537,15 @@ class SDARModel(NumericsAware, nn.Module):
     def forward_block(self, input_ids, position_ids, cache: KVCache, key_valid=None) -> ModelOutput:
         """(b) the current block, bidirectional inside, reading (not writing) the cache."""
         kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
-        return self(input_ids, position_ids, self._block_mask(cache, kv), cache)
+        form = self._mask_form(cache, key_valid is None)
+        return self(input_ids, position_ids, self._block_mask(cache, kv), cache, mask_form=form)
 
     def commit_block(self, input_ids, position_ids, cache: KVCache, key_valid=None, with_logits=True) -> ModelOutput:
         """(c) a finished block: same attention as (b), and its K/V are written into the cache."""
         kv = key_valid if key_valid is not None else torch.ones_like(input_ids, dtype=torch.bool)
-        mask = self._block_mask(cache, kv)
-        return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=kv, with_logits=with_logits)
+        mask, form = self._block_mask(cache, kv), self._mask_form(cache, key_valid is None)
+        return self(input_ids, position_ids, mask, cache, write_cache=True, key_valid=key_valid,
+                    with_logits=with_logits, mask_form=form)  # fmt: skip
 
     def forward_candidates(
         self, input_ids, position_ids, cache: KVCache, key_valid=None, verify: str = "exact"
@@ -481,38 +554,45 @@ class SDARModel(NumericsAware, nn.Module):
 
         Each candidate attends to the cache and to its own L tokens only; all share position_ids (B, L)
         and key_valid (B, L). Returns logits (B, M, L, V) and hidden (B, M, L, H)."""
-        B, M, L = input_ids.shape
         path = resolve_verify(verify, input_ids.device)
-        kv = key_valid if key_valid is not None else torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
         if path == "checked":
-            return self._verify_checked(input_ids, position_ids, cache, kv)
-        return getattr(self, f"_verify_{path}")(input_ids, position_ids, cache, kv)
+            return self._verify_checked(input_ids, position_ids, cache, key_valid)
+        return getattr(self, f"_verify_{path}")(input_ids, position_ids, cache, key_valid)
 
-    def _verify_loop(self, input_ids, position_ids, cache, kv) -> ModelOutput:
+    # The _verify_* paths take key_valid as given (None: all True, known on the host: _mask_form).
+    @staticmethod
+    def _candidate_keys(input_ids, key_valid) -> torch.Tensor:
+        B, _, L = input_ids.shape
+        return key_valid if key_valid is not None else torch.ones(B, L, dtype=torch.bool, device=input_ids.device)
+
+    def _verify_loop(self, input_ids, position_ids, cache, key_valid) -> ModelOutput:
         M = input_ids.shape[1]
         # Under CUDA graphs each call's outputs live in memory the next call reuses: compile_model's wrapper
         # returns clones, so the M outputs stacked here are still the M forwards' (tests/test_compiled.py).
-        outs = [self.forward_block(input_ids[:, j], position_ids, cache, kv) for j in range(M)]
+        outs = [self.forward_block(input_ids[:, j], position_ids, cache, key_valid) for j in range(M)]
         return ModelOutput(torch.stack([o.logits for o in outs], 1), torch.stack([o.hidden for o in outs], 1))
 
-    def _verify_fold(self, input_ids, position_ids, cache, kv) -> ModelOutput:
+    def _verify_fold(self, input_ids, position_ids, cache, key_valid) -> ModelOutput:
         B, M, L = input_ids.shape
         # Row b*M + j is candidate j of row b: the same mask, positions and cache row as forward_block.
         rep = lambda t: t[:, None].expand(B, M, *t.shape[1:]).flatten(0, 1)  # noqa: E731
-        mask = self._block_mask(cache, rep(kv), fold=M)
-        out = self(input_ids.reshape(B * M, L), rep(position_ids), mask, cache, fold=M)
+        mask = self._block_mask(cache, rep(self._candidate_keys(input_ids, key_valid)), fold=M)
+        out = self(input_ids.reshape(B * M, L), rep(position_ids), mask, cache, fold=M,
+                   mask_form=self._mask_form(cache, key_valid is None))  # fmt: skip
         return ModelOutput(out.logits.view(B, M, L, -1), out.hidden.view(B, M, L, -1))
 
-    def _verify_packed(self, input_ids, position_ids, cache, kv) -> ModelOutput:
+    def _verify_packed(self, input_ids, position_ids, cache, key_valid) -> ModelOutput:
         B, M, L = input_ids.shape
+        kv = self._candidate_keys(input_ids, key_valid)
         cand = torch.arange(M * L, device=input_ids.device) // L
         own = (cand[None, :] == cand[:, None])[None] & kv.repeat(1, M)[:, None, :]  # (B, ML, ML)
         own = own | torch.eye(M * L, dtype=torch.bool, device=input_ids.device)[None]
         mask = torch.cat([self._cache_keys(cache, B, M * L, input_ids.device), own[:, None]], -1)
-        out = self(input_ids.reshape(B, M * L), position_ids.repeat(1, M), mask, cache)
+        form = self._mask_form(cache, key_valid is None, structured=M > 1)
+        out = self(input_ids.reshape(B, M * L), position_ids.repeat(1, M), mask, cache, mask_form=form)
         return ModelOutput(out.logits.view(B, M, L, -1), out.hidden.view(B, M, L, -1))
 
-    def _verify_check_key(self, input_ids, cache, kv) -> tuple:
+    def _verify_check_key(self, input_ids, cache, key_valid) -> tuple:
         """What "checked" keys its fold-vs-loop verdict on: everything that can change a kernel's plan between the
         check and a later verify (issue 36). The shapes fold changes (batch B, candidates M, block L, device,
         dtype), the numerics; the attended key count in CHECK_KEY_BLOCK steps (flash attention's split count is a
@@ -526,22 +606,24 @@ class SDARModel(NumericsAware, nn.Module):
         capacity = cache.k.shape[3] if static else None
         past = 0 if cache is None else (capacity if static else cache.length)
         form = None
-        if getattr(self, "numerics", "ours") == "upstream":  # the call form attention_mask picks (host syncs)
-            m = attention_mask(self, self._block_mask(cache, kv))
-            form = "unmasked" if m is None else f"{m.dim()}-d"
+        if getattr(self, "numerics", "ours") == "upstream":  # the call form attention_mask picks
+            form = self._mask_form(cache, key_valid is None)  # on the host; else read from the mask (host syncs)
+            if form is None:
+                form = mask_form_of(self._block_mask(cache, self._candidate_keys(input_ids, key_valid)))
+            form = "3-d" if form == "shared" or (form == "rows" and B == 1) else "4-d" if form == "rows" else form
         return (str(input_ids.device), str(self.lm_head.weight.dtype), getattr(self, "numerics", "ours"), B, M, L,
                 static, capacity, -(-(past + L) // CHECK_KEY_BLOCK), form)  # fmt: skip
 
-    def _verify_checked(self, input_ids, position_ids, cache, kv) -> ModelOutput:
+    def _verify_checked(self, input_ids, position_ids, cache, key_valid) -> ModelOutput:
         """"checked" (VERIFY_PATHS): fold where it was bitwise loop's under the same kernel plan
         (_verify_check_key: the shapes, the attended key count in blocks of CHECK_KEY_BLOCK, a static cache's
         capacity, the mask's call form), loop elsewhere; the check's own call returns loop's logits."""
         B, M, L = input_ids.shape
-        key = self._verify_check_key(input_ids, cache, kv)
+        key = self._verify_check_key(input_ids, cache, key_valid)
         memo = self.__dict__.setdefault("_fold_bitwise", {})
         if key not in memo:
-            loop = self._verify_loop(input_ids, position_ids, cache, kv)
-            fold = self._verify_fold(input_ids, position_ids, cache, kv)
+            loop = self._verify_loop(input_ids, position_ids, cache, key_valid)
+            fold = self._verify_fold(input_ids, position_ids, cache, key_valid)
             memo[key] = bool(torch.equal(fold.logits, loop.logits) and torch.equal(fold.hidden, loop.hidden))
             warned = self.__dict__.setdefault("_fold_warned", set())
             if not memo[key] and key[:6] not in warned:  # one warning per shape, whatever the cache length
@@ -554,7 +636,7 @@ class SDARModel(NumericsAware, nn.Module):
                               "calls) until a check under another plan (key count, cache) finds fold bitwise",
                               stacklevel=3)  # fmt: skip
             return loop
-        return (self._verify_fold if memo[key] else self._verify_loop)(input_ids, position_ids, cache, kv)
+        return (self._verify_fold if memo[key] else self._verify_loop)(input_ids, position_ids, cache, key_valid)
 
 
 VERIFY_PATHS = ("exact", "fold", "loop", "packed", "checked")

@@ -180,7 +180,7 @@ def test_the_released_verify_form_rounds_apart_from_ours_in_bf16(monkeypatch):
         with use_numerics("upstream", m):
             theirs = m.forward_candidates(cand, pos[:, 2 * L :], cache, verify="packed").logits
             fold = m.forward_candidates(cand, pos[:, 2 * L :], cache, verify="exact").logits
-            monkeypatch.setattr(model_mod, "attention_mask", lambda module, mask: mask)  # the 4-D mask kept
+            monkeypatch.setattr(model_mod, "attention_mask", lambda module, mask, form=None: mask)  # the 4-D mask kept
             ours_form = m.forward_candidates(cand, pos[:, 2 * L :], cache, verify="packed").logits
     assert not torch.equal(theirs, ours_form)
     assert (theirs.float() - ours_form.float()).abs().max() < 0.5  # rounding, not a different computation

@@ -57,7 +57,7 @@ import torch
 
 from mrp_repro.decoding.engine import COUNTERS, GenerationResult, RowStats
 from mrp_repro.decoding.upstream_pick import upstream_confidence, upstream_pick, upstream_static_select
-from mrp_repro.model import VERIFY_PATHS, SDARModel
+from mrp_repro.model import VERIFY_PATHS, SDARModel, mask_form_hint
 
 __all__ = ["DRAFT_LOGITS", "UpstreamCounters", "UpstreamResult", "UpstreamPolicy", "UpstreamStatic",
            "UpstreamSpeculative", "generate_upstream", "upstream_layout"]  # fmt: skip
@@ -238,8 +238,10 @@ class UpstreamSpeculative(UpstreamPolicy):
             if j == self.K - 1:
                 break
             h_in = h_acc if self.draft_logits == "sum" else h_cur
-            # the head on its own block only (cache=None): their head layers' KV cache is never written here
-            h_C = self.head(h_in, cands[-1], run.positions, run.model.embed_tokens)  # (B, L, H)
+            # the head on its own block only (cache=None): their head layers' KV cache is never written here. With
+            # no cache and no key_valid its mask is all True: said on the host, so attention_mask reads no mask
+            with mask_form_hint(self.head, "unmasked"):
+                h_C = self.head(h_in, cands[-1], run.positions, run.model.embed_tokens)  # (B, L, H)
             run.batch.mrp_forwards += 1
             run.count("mrp_forwards", run.masked(cands[-1]).any(1))
             C = run.model.lm_head(h_C)  # (B, L, V) their raw MRP logits
@@ -328,8 +330,8 @@ def generate_upstream(model: SDARModel, prompts: list[list[int]], policy: Upstre
     run = _Run(model, cache, None, mask_id, torch.zeros(B, dtype=torch.bool, device=device), rows, batch)
     if n_prefill > 0:
         P = n_prefill * L
-        model.prefill(x[:, :P], positions[:, :P], torch.ones(B, P, dtype=torch.bool, device=device), cache, L,
-                      with_logits=False)  # fmt: skip
+        # key_valid None: every prompt slot is real, known on the host (the mask's form needs no host sync)
+        model.prefill(x[:, :P], positions[:, :P], None, cache, L, with_logits=False)
         batch.prefill_forwards += 1
         run.count("commit_forwards", torch.ones(B, dtype=torch.bool))
     for b in range(n_prefill, total // L):
