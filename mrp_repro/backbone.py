@@ -46,7 +46,15 @@ class Backbone:
         fuse_commit and static_cache default to the profile's decoding settings of those names). A policy of the
         upstream family (`policy.algorithm == "upstream"`) runs decoding.upstream.generate_upstream instead: the
         released code's layout, commits and counters, which take no engine options, with its bf16 numerics
-        (model.use_numerics("upstream"))."""
+        (model.use_numerics("upstream")). Both run with the kernels of the profile's decoding.kernel_numerics
+        (kernels.batch_invariant.kernel_numerics; an option `kernel_numerics` chooses instead)."""
+        from mrp_repro.kernels.batch_invariant import kernel_numerics
+
+        default = self.profile.decoding.kernel_numerics if self.profile is not None else "default"
+        with kernel_numerics(engine_options.pop("kernel_numerics", default)):
+            return self._generate(prompts, policy, max_new_tokens, model, **engine_options)
+
+    def _generate(self, prompts, policy, max_new_tokens: int, model: SDARModel | None = None, **engine_options):
         from mrp_repro.decoding import generate
 
         if getattr(policy, "algorithm", "ours") == "upstream":  # the released code's loop (decoding.upstream)

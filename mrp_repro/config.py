@@ -149,6 +149,7 @@ RemaskRule = Literal["tau", "delta", "loo", "sequential", "logp-delta"]
 Algorithm = Literal["ours", "upstream"]
 DraftLogits = Literal["none", "sum"]
 VerifyPath = Literal["exact", "fold", "loop", "packed", "checked"]  # = model.VERIFY_PATHS (tests/test_verify.py)
+KernelNumerics = Literal["default", "batch_invariant"]  # = kernels.batch_invariant.KERNEL_NUMERICS (tested)
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,13 @@ class DecodingConfig:
     # wherever a first call per shape shows it bitwise, else `loop`: one forward_block per candidate); `packed`:
     # one call, other rounding (not lossless in bf16). measure.cost counts the calls (verify_passes).
     verify: VerifyPath = "exact"
+    # The kernels every decode runs with (Backbone.generate, both families, static and speculative alike; issue 36,
+    # docs/gpu.md). `default`: torch's (cuBLAS, flash / efficient attention), whose reductions may split by the
+    # batch's rows, so off CPU verify `exact` checks fold against loop per kernel plan (`checked`: up to one call per
+    # candidate). `batch_invariant` (kernels.batch_invariant): every reduction of the forward in an order independent
+    # of the rows (Triton on CUDA; elsewhere the in-order PyTorch reference, slow by design: toy widths only), so
+    # verify `exact` is one folded call on any device, lossless by construction; it rounds apart from `default`.
+    kernel_numerics: KernelNumerics = "default"
     # The dynamic-τ frontier, the control of record of direct mode and remasking (report.pareto, issue 35): the τ at
     # which dynamic(τ) is decoded beside static(1) in the controls grid (report.grids.control_settings), on top of
     # `thresholds` (decoded in the modes grid already). The default samples every 0.05 in 0.05-0.95; then, where the

@@ -43,10 +43,13 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["IMPLS", "BatchInvariant", "active", "batch_invariant", "linear_ref", "attention_ref", "mean_ref",
-           "rms_norm_ref", "softmax_ref"]  # fmt: skip
+__all__ = ["IMPLS", "KERNEL_NUMERICS", "BatchInvariant", "active", "batch_invariant", "kernel_numerics", "linear_ref",
+           "attention_ref", "mean_ref", "rms_norm_ref", "softmax_ref"]  # fmt: skip
 
 IMPLS = ("auto", "torch", "triton")
+#: decoding.kernel_numerics (a profile's setting, read by Backbone.generate through kernel_numerics()): "default", the
+#: kernels torch picks; "batch_invariant", this mode ("auto": Triton on CUDA, the reference elsewhere)
+KERNEL_NUMERICS = ("default", "batch_invariant")
 _depth = [0]  # modes entered and not yet left (active())
 
 
@@ -249,4 +252,19 @@ def batch_invariant(impl: str = "auto"):
     """Run the block with batch-invariant numerics (module docstring); yields the mode (its `calls`)."""
     mode = BatchInvariant(impl)
     with mode:
+        yield mode
+
+
+@contextmanager
+def kernel_numerics(name: str, impl: str = "auto"):
+    """The kernels a decode runs with for decoding.kernel_numerics = `name` (KERNEL_NUMERICS): "default" runs the
+    block as it is (yields None), "batch_invariant" inside batch_invariant(impl) (yields the mode; inside a mode
+    already entered, that one: yields None). Backbone.generate wraps both decoding families in it, so a profile's
+    static and speculative runs share the mode. An unknown name is a ValueError naming the choices."""
+    if name not in KERNEL_NUMERICS:
+        raise ValueError(f"decoding.kernel_numerics={name!r}: choose one of {KERNEL_NUMERICS}")
+    if name == "default" or active():
+        yield None
+        return
+    with batch_invariant(impl) as mode:
         yield mode
