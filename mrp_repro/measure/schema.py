@@ -249,7 +249,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "check_passed": "bool: the sanity check holds; a speed verdict reading a failed one is 'not measurable here'",
     "check_detail": "the check's numbers in words: which grid, the CI, the bound or the other measurement",
     "grid": "the decoding grid (runs frame) the row's numbers come from: backbone_runs, speculative_runs, modes_runs, "
-    "controls_runs (report.grids)",
+    "controls_runs (report.grids); in the quick check's time table also total (every grid summed, with the fixed "
+    "load time)",
     "speedup_clock": "x: the wall-clock speedup with a CI that holds the clock's noise: the prompt CI (prompts "
     "resampled) and the repeated interleaved passes' spread (one pass about the median pass, passes resampled) added "
     "in quadrature on the log scale (measure.stats.clock_ci); the prompt CI alone where the passes did not re-time "
@@ -437,6 +438,25 @@ TABLE_COLUMNS: dict[str, str] = {
     "numbers (version control)",
     "stat": "claims: the statistic the row's check computed, in the words of its `declared` text",
     "stat_null": "claims: the null the row's check compared with, in the words of its `declared` text",
+    # ---- the quick check (report.quickcheck: quickcheck_expected, quickcheck_time; issue 36). Its other columns
+    # (table, benchmark, setting, paper, tolerance, n, batch_size, grid) are defined above; `low` / `high` are the two
+    # ends of its estimate (quickcheck.SCENARIOS: a one-call verify and the shorter answers, a loop verify and the
+    # longer ones; the inputs: quickcheck.ASSUMED)
+    "metric": "quick check: the measured quantity a cell compares with the paper (accuracy, throughput_speedup, gain)",
+    "ci_width": "quick check: points, this subset's 95% CI width for an accuracy at the paper's value, 2 x 1.96 x "
+    "sqrt(p (1 - p) / n) (a gain: of a difference of two independent accuracies, an upper bound); blank for a speedup",
+    "prompts": "quick check: prompts the grid decodes per setting, over the profile's benchmarks",
+    "batches": "quick check: batches the grid decodes per setting (total: summed over the settings)",
+    "forwards_low": "quick check: backbone calls of the setting's decodes at the low end of the estimate (a one-call "
+    "verify, the shorter answers)",
+    "forwards_high": "quick check: backbone calls of the setting's decodes at the high end of the estimate (a loop "
+    "verify, the longer answers)",
+    "head_calls_low": "quick check: MRP head calls of the setting's decodes at the low end of the estimate",
+    "head_calls_high": "quick check: MRP head calls of the setting's decodes at the high end of the estimate",
+    "minutes_low": "quick check: estimated minutes of the setting's decodes at the low end (quickcheck.ASSUMED; total: "
+    "with the fixed load time)",
+    "minutes_high": "quick check: estimated minutes of the setting's decodes at the high end (quickcheck.ASSUMED; "
+    "total: with the fixed load time)",
 }
 
 #: runs columns that tables show aggregated over the row's prompts: column -> how (the quantity: RUN_COLUMNS)

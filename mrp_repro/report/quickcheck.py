@@ -56,37 +56,7 @@ ASSUMED = {
 }  # fmt: skip
 #: the two ends of the range: which verify (backbone calls per verify of M candidates) and which end of each pair
 SCENARIOS = {"low": ("fold", 0), "high": ("loop", 1)}
-
-#: the glossary entries of the quick check's own table columns (tables.save_table refuses a column without one;
-#: issue 36: `python -m mrp_repro.report.quickcheck` stopped on that). Registered into measure.schema's TABLE_COLUMNS
-#: on import, never overriding an entry the schema has; the columns the schema defines already (setting, benchmark,
-#: batch_size, paper, n, tolerance, table) keep its definitions.
-COLUMNS = {
-    "metric": "quick check: the measured quantity a cell compares with the paper (accuracy, throughput_speedup, gain)",
-    "ci_width": "quick check: points, this subset's 95% CI width for an accuracy at the paper's value, 2 x 1.96 x "
-    "sqrt(p (1 - p) / n) (a gain: of a difference of two independent accuracies, an upper bound); blank for a speedup",
-    "grid": "quick check: the decoding grid the notebooks run (report.grids.GRIDS), or total",
-    "prompts": "quick check: prompts the grid decodes per setting, over the profile's benchmarks",
-    "batches": "quick check: batches the grid decodes per setting (total: summed over the settings)",
-    **{f"forwards_{end}": f"quick check: backbone calls of the setting's decodes at the {end} end of the estimate "
-       f"({'a one-call verify, the shorter answers' if end == 'low' else 'a loop verify, the longer answers'})"
-       for end in SCENARIOS},
-    **{f"head_calls_{end}": f"quick check: MRP head calls of the setting's decodes at the {end} end of the estimate"
-       for end in SCENARIOS},
-    **{f"minutes_{end}": f"quick check: estimated minutes of the setting's decodes at the {end} end (quickcheck.ASSUMED; "
-       "total: with the fixed load time)" for end in SCENARIOS},
-}  # fmt: skip
-
-
-def _define_columns() -> None:
-    from mrp_repro.measure import schema
-
-    for name, text in COLUMNS.items():
-        if schema.define(name) is None:
-            schema.TABLE_COLUMNS[name] = text
-
-
-_define_columns()
+# The tables' columns are defined in measure.schema.TABLE_COLUMNS (the quick check's section), as every table's.
 
 
 def _a(key: str, end: int = 0) -> float:
