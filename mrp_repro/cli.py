@@ -21,6 +21,10 @@ What the machine does to a run is one line too, since no traceback helps with it
   atomic_dir record it), the free space there and the fix; status 2;
 - Ctrl-C (SIGINT) and SIGTERM end the run as an exception, so every `finally` runs (atomic writes remove their
   temporary names, locks are released), then print what to rerun; status 130 / 143, the shell's 128 + signal.
+  This holds whatever disposition the process inherited: a command started with `&` by a script (or by a harness)
+  inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler, so a Ctrl-C / `kill -INT` was
+  ignored and the run went on to finish with status 0; run_cli installs the handlers itself while `main` runs (an
+  ignored or default disposition; a handler set by in-process code is left alone) and puts the old ones back.
 
 Either way nothing partial is left (every output is renamed into place when complete) and nothing finished is lost
 (finished stages and training checkpoints stay; the rerun resumes from them).
@@ -101,24 +105,36 @@ def _rerun(in_process: bool = False) -> str:
     return "it" if in_process or not argv else shlex.join(argv)
 
 
+def _raise_terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once, as the default would
+    raise Terminated
+
+
+#: while an entry point runs, each signal raises in the main thread: SIGINT KeyboardInterrupt (Python's own handler),
+#: SIGTERM Terminated
+_RAISING = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _raise_terminated}
+
+
 @contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While the entry point runs, SIGTERM raises Terminated in the main thread (a second one kills at once, as the
-    default would); the previous handler is put back afterwards. Left alone where a handler is already set."""
-    main = threading.current_thread() is threading.main_thread()
-    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+def _signals_raise() -> Iterator[None]:
+    """While the entry point runs, SIGINT and SIGTERM raise (KeyboardInterrupt, Terminated) in the main thread, also
+    where the process inherited them ignored (SIG_IGN: a job started with `&` by a non-interactive shell has SIGINT
+    ignored, and Python installs no handler of its own then) or at the OS default; a handler already set (an
+    in-process caller's, Python's own SIGINT one, one set by C code) is left alone. The old ones are put back."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated
-
-    signal.signal(signal.SIGTERM, handler)
+    previous = {}
+    for sig, handler in _RAISING.items():
+        old = signal.getsignal(sig)
+        if old in (signal.SIG_IGN, signal.SIG_DFL):  # None (a handler set by C code) is left alone too
+            previous[sig] = old
+            signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _interrupted(e: KeyboardInterrupt, in_process: bool) -> SystemExit:
@@ -134,7 +150,7 @@ def run_cli(main: Callable[[list[str] | None], object], argv: Sequence[str] | No
     try:
         if "--debug" in args:
             return _exit_status(main([a for a in args if a != "--debug"]))
-        with _sigterm_raises():
+        with _signals_raise():
             try:
                 rc = main(args)
             except UserError as e:
