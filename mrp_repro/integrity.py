@@ -11,6 +11,7 @@
     with integrity.atomic_file(path) as tmp: ...    # a unique temporary name beside path, renamed into place
     with integrity.atomic_dir(path) as tmp: ...     # the same for a directory (complete or absent)
     with integrity.stage_lock(d, "backbone"): ...   # fcntl.flock on d/.lock; a second holder gets StageLocked
+    integrity.make_dir(d)                           # d created, refused (LinkRefused) when it is a symbolic link
     integrity.remove_stale_temps(path)              # what a killed atomic_dir/atomic_file left beside path
     integrity.file_mode(), integrity.dir_mode()     # 0o666 / 0o777 less the umask: what open() and mkdir() give
 
@@ -24,8 +25,12 @@ Names that start with "." (temporary files, the lock) are never listed in a mani
 Links. Nothing here writes through a link: atomic_file and atomic_dir create a new name (O_EXCL) and rename it onto
 the target, which replaces a symbolic or hard link at the target's name instead of writing into the file it points
 to; the lock is opened with O_NOFOLLOW and refused (LinkRefused, one line naming it) when it is a symbolic link, a
-hard link or not a regular file, since locking truncates it. Outputs get the modes open() and mkdir() would give
-under the process's umask (mkstemp's 0600 and mkdtemp's 0700 are not kept).
+hard link or not a regular file, since locking truncates it. The directory written into (the one holding an
+atomic_file or atomic_dir target, the one stage_lock locks: figures/<profile>/, a run directory) is refused the same
+way when it is itself a symbolic link (make_dir), since every file written there would land where it points; the
+roots above it ($MRP_REPRO_RUNS, $MRP_REPRO_FIGURES, a runs/ on another disk) are the user's layout and may be links.
+Outputs get the modes open() and mkdir() would give under the process's umask (mkstemp's 0600 and mkdtemp's 0700
+are not kept).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import glob
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import tempfile
@@ -48,7 +54,7 @@ from mrp_repro.errors import UserError
 __all__ = ["MANIFEST", "IntegrityError", "StageLocked", "LinkRefused", "stat_key", "sha256", "git_blob_sha1",
            "listed_files", "record", "problems", "seal", "read_manifest", "verify_dir", "write_sidecar",
            "sidecar_problem", "atomic_file", "atomic_dir", "stage_lock", "remove_stale_temps", "file_mode",
-           "dir_mode"]  # fmt: skip
+           "dir_mode", "make_dir"]  # fmt: skip
 
 MANIFEST = "integrity.json"
 FORMAT = 1
@@ -67,6 +73,29 @@ class StageLocked(UserError, RuntimeError):
 class LinkRefused(UserError, OSError):
     """A path the package would write or lock is a link (or not a regular file): writing it would change the file
     it points to, outside the package's directories."""
+
+
+def _refuse_symlink(path: Path, what: str, fix: str) -> None:
+    """LinkRefused, one line: `path` is a symbolic link (to its target), `what`; `fix`."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    raise LinkRefused(f"{path} is a symbolic link (to {target}), {what}; {fix}") from None
+
+
+def make_dir(d: str | os.PathLike) -> Path:
+    """`d`, created with its parents; LinkRefused (one line naming it and the fix) when `d` is a symbolic link, which
+    writing into would follow: figures/<profile>/ or a run directory linked to a directory elsewhere has every
+    file written there land in that directory. Only `d` itself is checked (see the module docstring)."""
+    d = Path(d)
+    if d.is_symlink():
+        _refuse_symlink(d, "not a directory of its own: what is written into it would land where it points",
+                        f"remove the link (rm {shlex.quote(str(d))}; what it points to is kept) and rerun, which "
+                        "makes a directory there; to keep outputs on another disk, set MRP_REPRO_RUNS or "
+                        "MRP_REPRO_FIGURES to a directory on it")  # fmt: skip
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 # ----------------------------------------------------------------------------- hashes
@@ -242,7 +271,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     block ends without an exception, removed otherwise. Two writers never share a temporary name. A link at `path`
     is replaced by the file, never written through (see the module docstring)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, file_mode())
@@ -264,7 +293,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     without an exception, removed otherwise: `path` is either the old directory or the complete new one. A killed
     process leaves its `.<name>.*.tmp` beside `path`: remove_stale_temps(path), under the writer's lock, clears it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     os.chmod(tmp, dir_mode())
     try:
@@ -320,8 +349,7 @@ def stage_lock(d: str | os.PathLike, what: str) -> Iterator[None]:
     """An advisory lock (fcntl.flock) on d/.lock for as long as a stage writes d. When another process holds it:
     StageLocked, one line naming that process's PID; nothing is written. The kernel drops the lock when its holder
     dies (kill -9 too), so a stale .lock file never blocks."""
-    d = Path(d)
-    d.mkdir(parents=True, exist_ok=True)
+    d = make_dir(d)  # a linked run directory is refused: the stage would write wherever it points
     lock = d / ".lock"
     key = str(d.resolve() / ".lock")  # the directory resolved, never the lock (a link there is refused below)
     if key in _held:
@@ -364,7 +392,7 @@ def _open_lock(lock: Path) -> int:
                      0o666)  # fmt: skip
     except OSError as e:
         if e.errno == errno.ELOOP or lock.is_symlink():
-            raise LinkRefused(f"{lock} is a symbolic link (to {os.readlink(lock)}), not a lock file; {fix}") from None
+            _refuse_symlink(lock, "not a lock file", fix)
         raise
     st = os.fstat(fd)
     why = None

@@ -202,3 +202,99 @@ def test_claims_md_and_csv_replace_a_link_instead_of_writing_through_it(tmp_path
     verdicts.write_report(pd.DataFrame({"id": ["x"]}), d, "smoke", numeric=False)
     _intact(victim)
     assert (d / "claims.md").read_text().startswith("# claims\n") and (d / "claims.csv").read_text().startswith("id")
+
+
+# ----------------------------------------------------------------------------- directories that are links
+# figures/<profile>/ or a run directory that is itself a symbolic link had every file written there land in the
+# directory it points to (before: followed; now: LinkRefused, one line naming the link and the fix)
+
+
+@pytest.fixture
+def elsewhere(tmp_path):
+    """A directory outside the package's, holding one file: it must stay exactly as it is."""
+    d = tmp_path / "elsewhere"
+    d.mkdir()
+    (d / "keep.txt").write_text(ORIGINAL)
+    return d
+
+
+def _untouched(elsewhere):
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep.txt"]
+    assert (elsewhere / "keep.txt").read_text() == ORIGINAL
+
+
+def _refusal(e, link):
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"{link} is a symbolic link (to ") and f"rm {link}" in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("writer", ["atomic_file", "atomic_dir", "stage_lock", "make_dir"])
+def test_a_directory_that_is_a_link_is_refused_not_written_into(tmp_path, elsewhere, writer):
+    link = tmp_path / "figures" / "smoke"
+    link.parent.mkdir()
+    link.symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(integrity.LinkRefused) as e:
+        if writer == "atomic_file":
+            with integrity.atomic_file(link / "t.csv") as tmp:
+                tmp.write_text("x")
+        elif writer == "atomic_dir":
+            with integrity.atomic_dir(link / "ckpt-10") as tmp:
+                (tmp / "state.pt").write_text("x")
+        elif writer == "stage_lock":
+            with integrity.stage_lock(link, "test"):
+                pass
+        else:
+            integrity.make_dir(link)
+    _refusal(e, link)
+    _untouched(elsewhere)
+
+
+def test_a_dangling_linked_directory_is_refused_too(tmp_path):
+    link = tmp_path / "run"
+    link.symlink_to(tmp_path / "gone", target_is_directory=True)
+    with pytest.raises(integrity.LinkRefused) as e:
+        with integrity.atomic_file(link / "done.json") as tmp:
+            tmp.write_text("{}")
+    _refusal(e, link)
+    assert not (tmp_path / "gone").exists()
+
+
+def test_a_linked_root_above_the_written_directory_is_the_users_layout(tmp_path, elsewhere):
+    """runs/ on another disk (a link at the root) stays allowed: only the directory written into is checked."""
+    root = tmp_path / "runs"
+    root.symlink_to(elsewhere, target_is_directory=True)
+    with integrity.atomic_file(root / "smoke" / "t.csv") as tmp:
+        tmp.write_text("x")
+    assert (elsewhere / "smoke" / "t.csv").read_text() == "x"
+
+
+def test_tables_refuse_a_linked_figures_profile_directory(tmp_path, elsewhere):
+    from mrp_repro.report import tables
+
+    d = tmp_path / "figures" / "smoke"
+    d.parent.mkdir()
+    d.symlink_to(elsewhere, target_is_directory=True)
+    df = pd.DataFrame({"benchmark": ["synth-math"], "accuracy": [50.0], "accuracy_lo": [40.0], "accuracy_hi": [60.0]})
+    with pytest.raises(integrity.LinkRefused) as e:
+        tables.save_table(df, d, "t")
+    _refusal(e, d)
+    _untouched(elsewhere)
+
+
+def test_a_stage_on_a_linked_run_directory_exits_with_one_line_and_writes_nothing_there(tmp_runs, elsewhere):
+    """The command line: `stages backbone` whose run directory is a link to a directory elsewhere refuses before
+    training (status 2, one `error:` line naming the link and the fix); following the fix, it trains."""
+    from mrp_repro import stages
+    from mrp_repro.config import load_profile
+
+    out = stages.backbone_dir(load_profile("smoke"))
+    out.rmdir()  # backbone_dir made it; the link takes its place
+    out.symlink_to(elsewhere, target_is_directory=True)
+    cmd = [sys.executable, "-m", "mrp_repro.stages", "backbone", "--profile", "smoke", "--no-progress"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=repo_root(), timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {out} is a symbolic link (to {elsewhere})"), r.stderr
+    assert f"rm {out}" in lines[0]
+    _untouched(elsewhere)

@@ -338,8 +338,7 @@ def train_backbone(
     killed; a later call resumes. `num_threads` overrides backbone_training.num_threads
     (e.g. 1 on a machine shared with other jobs, where 2 spinning threads thrash).
     Returns the metrics dict (done.json's "metrics")."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = integrity.make_dir(out_dir)  # a run directory that is a symbolic link is refused (LinkRefused)
     # one process trains a directory: a second one gets StageLocked naming the first's PID, and does nothing
     with integrity.stage_lock(out_dir, f"backbone training of profile {profile.name}"):
         return _train_backbone(profile, out_dir, progress, resume, stop_after, num_threads)

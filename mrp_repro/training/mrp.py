@@ -433,7 +433,7 @@ def train_mrp(
     dd = current()
     out = Path(out_dir)
     if dd.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        integrity.make_dir(out)  # a run directory that is a symbolic link is refused (LinkRefused)
     model, mask_id, L = backbone.model, backbone.mask_id, profile.block_size
     mc, tc = profile.mrp, profile.mrp_training
     dev = model.lm_head.weight.device
