@@ -21,7 +21,8 @@ outputs the next replay may overwrite, while this loop keeps them (a block forwa
 after later calls, a loop verify stacks M forwards, a seed's logits outlive the verify); model.graph_safe marks a
 new graph step per call and returns clones, so nothing here reads an overwritten output (tests/test_compiled.py).
 Accounting: a verify counts one denoising forward per working row whatever its path (upstream's definition of
-TPF); the backbone calls it makes (1 folded, M for loop) are measure.cost's verify_passes.
+TPF); the backbone calls it makes (1 folded, M for loop) are measure.cost's verify_passes; the block-rows it
+processes beyond one (M - 1 for M candidates; a peer's shadow block) are RowStats.extra_rows.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ class RowStats:
     # forward the row needed anyway (its next block's first denoise forward), or never needed (its last block).
     fused_commits: int = 0
 
+    # Block-rows a counted denoising forward processed beyond the row's one block (a verify of M candidates: M - 1;
+    # a peer's shadow block: 1): what "equal verify rows" compares and a wide forward is charged. A class attribute,
+    # not a dataclass field (Stats.rows sets it per row), so RowStats' equality and asdict, which the frozen-loop
+    # tests compare field by field, are those of the counters above.
+    extra_rows = 0
+
     @property
     def backbone_forwards(self) -> int:
         """Upstream's accounting: every commit a forward of its own."""
@@ -80,17 +87,25 @@ class Stats:
 
     def __init__(self, batch: int, device):
         self.counts = torch.zeros(batch, len(COUNTERS), dtype=torch.long, device=device)
+        self.extra_rows = torch.zeros(batch, dtype=torch.long, device=device)  # (B,) RowStats.extra_rows
         self.accept = []  # per speculative round: (B,) accept length, -1 for rows that did not take part
 
     def add(self, name: str, rows: torch.Tensor, n: int | torch.Tensor = 1):
-        """counts[name] += n on the rows where `rows` (B,) bool is set (n: int or (B,) tensor)."""
+        """counts[name] += n on the rows where `rows` (B,) bool is set (n: int or (B,) tensor); name: one of
+        COUNTERS or "extra_rows"."""
+        if name == "extra_rows":
+            self.extra_rows += rows.long() * n
+            return
         self.counts[:, _COL[name]] += rows.long() * n
 
     def rows(self) -> list[RowStats]:
         counts = self.counts.tolist()
         acc = torch.stack(self.accept, 1).tolist() if self.accept else [[] for _ in counts]
-        return [RowStats(**dict(zip(COUNTERS, c, strict=True)), accept_lengths=[j for j in a if j >= 0])
-                for c, a in zip(counts, acc, strict=True)]  # fmt: skip
+        out = [RowStats(**dict(zip(COUNTERS, c, strict=True)), accept_lengths=[j for j in a if j >= 0])
+               for c, a in zip(counts, acc, strict=True)]  # fmt: skip
+        for s, x in zip(out, self.extra_rows.tolist(), strict=True):
+            s.extra_rows = x
+        return out
 
 
 class Trace:
@@ -169,8 +184,11 @@ class BlockState:
     def backbone_candidates(self, cand_ids: torch.Tensor, verify: str = "exact",
                             rows: torch.Tensor | None = None) -> ModelOutput:  # fmt: skip
         """One verify of (B, M, L) candidate states (`verify`: a path of model.VERIFY_PATHS); one
-        forward per working row (or per row of `rows`), whatever the path (a verify is one pass)."""
-        self._count("denoise_forwards", self.rows_needing_work() if rows is None else rows)
+        forward per working row (or per row of `rows`), whatever the path (a verify is one pass), and M - 1
+        extra rows (RowStats.extra_rows)."""
+        charged = self.rows_needing_work() if rows is None else rows
+        self._count("denoise_forwards", charged)
+        self._count("extra_rows", charged, cand_ids.shape[1] - 1)
         return self.model.forward_candidates(cand_ids, self.positions, self.cache, self.key_valid, verify=verify)
 
     def reveal(self, select: torch.Tensor, tokens: torch.Tensor, kind: str = "reveal"):
