@@ -96,7 +96,7 @@ FLOORS = [
      "trajectories", "trajectory_store", "backbone", "released", "sdar_mini", "inputs", "paper_data", "distributed",
      "published"),
     ("training",),
-    ("measure",),
+    ("measure", "methods"),
     ("stages", "publish"),
     ("report",),
     ("reproduce", "gpu_check"),
