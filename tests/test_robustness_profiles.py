@@ -204,3 +204,43 @@ def test_every_shipped_profile_is_within_every_upper_bound():
         p = load_profile(name)
         if p.model.source == "scratch":
             assert config._scratch_params(p.model) <= config.MAX_SCRATCH_PARAMS
+
+
+# ----------------------------------------------------------------------------- a seq_len too short for the data
+# A backbone profile whose backbone_training.seq_len cannot hold a prompt + answer + EOS was a ValueError traceback
+# at the first batch holding one (step 0 here, possibly hours in); now a one-line ConfigError naming the setting and
+# the minimum value, before training starts.
+
+
+def test_a_training_seq_len_too_short_is_one_line_naming_the_minimum_before_training(tmp_path):
+    from mrp_repro.training.backbone import train_backbone
+
+    p = load_profile("smoke").replace({"backbone_training.seq_len": 24, "backbone_training.steps": 4})
+    with pytest.raises(ConfigError) as e:
+        train_backbone(p, tmp_path / "run", progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("backbone_training.seq_len: 24 is too short") and len(msg) < 400, msg
+    need = int(msg.rsplit("set backbone_training.seq_len to at least ", 1)[1])
+    assert need == 40 and f"has {need} tokens" in msg  # smoke's prompt (16) + answer + EOS (24)
+    assert not list((tmp_path / "run").glob("ckpt-*")) and not (tmp_path / "run" / "done.json").exists()
+    # the minimum it names is enough: the same run trains at it (one below is refused again)
+    with pytest.raises(ConfigError, match=f"seq_len: {need - 1} is too short"):
+        train_backbone(p.replace({"backbone_training.seq_len": need - 1}), tmp_path / "run", progress=False)
+    metrics = train_backbone(p.replace({"backbone_training.seq_len": need}), tmp_path / "ok", progress=False)
+    assert metrics["finished"] and metrics["steps_done"] == 4
+
+
+def test_a_training_seq_len_too_short_is_one_error_line_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "short.yaml"
+    path.write_text("extends: smoke\nname: short\nbackbone_training:\n  seq_len: 24\n")
+    env = {**os.environ, "MRP_REPRO_RUNS": str(tmp_path / "runs"), "MRP_REPRO_FIGURES": str(tmp_path / "figures")}
+    r = subprocess.run([sys.executable, "-m", "mrp_repro.stages", "backbone", "--profile", str(path), "--no-progress"],
+                       env=env, cwd=config.repo_root(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: backbone_training.seq_len: 24 is too short"), r.stderr
+    assert "set backbone_training.seq_len to at least 40" in lines[0] and str(path) in lines[0]
+    assert not list((tmp_path / "runs").rglob("ckpt-*"))

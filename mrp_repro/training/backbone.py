@@ -21,7 +21,8 @@ positions weighted 1/t, normalised by the number of answer tokens in the batch.
 Prompt tokens are never masked. No shift: position i predicts token i.
 
 Data order and noise are keyed by (seed, step), so a resumed run sees exactly
-the batches an uninterrupted one would; checkpoints hold the model (hub format),
+the batches an uninterrupted one would (and a backbone_training.seq_len too short for
+one of them is a one-line ConfigError naming the minimum before the first step); checkpoints hold the model (hub format),
 optimizer, scheduler and RNG states (tensors and plain types: state.pt loads with weights_only=True) and an
 integrity.json, written atomically (a temporary directory renamed into place). One process trains a directory at
 a time (integrity.stage_lock); done.json records the sha256 of every output (`finished` checks it before reuse).
@@ -47,7 +48,7 @@ import torch.nn.functional as F
 
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro import integrity
-from mrp_repro.config import Profile
+from mrp_repro.config import ConfigError, Profile
 from mrp_repro.model import ModelConfig, SDARModel, count_parameters
 from mrp_repro.runtime import provenance, set_num_threads, write_json_atomic
 from mrp_repro.tasks import synthetic
@@ -235,19 +236,48 @@ class TrainData:
             self.problems.extend(synthetic.generate(t, "train", profile.data.n_train, profile.data.seed, self.block))
         self.seq_len = profile.backbone_training.seq_len
 
-    def batch(self, step: int, batch_size: int):
+    def _draws(self, step: int, batch_size: int):
+        """The (problem, answer) pairs of step `step`'s batch, keyed by (seed, step): the same in every process."""
         rng = random.Random(f"backbone-data|{self.profile.data.seed}|{step}")
-        rows, plens = [], []
         for _ in range(batch_size):
             prob = self.problems[rng.randrange(len(self.problems))]
-            ids, plen = encode_training_example(
-                self.tok, prob, synthetic.sample_answer(prob, rng), self.block, self.eos
-            )
+            yield prob, synthetic.sample_answer(prob, rng)
+
+    def longest(self, steps: int, batch_size: int) -> tuple[int, int]:
+        """(tokens, step): the longest training sequence of steps 0..steps-1 (prompt + answer + EOS, padded to whole
+        blocks) and the first step that draws it; the batches are keyed by step, so this is exactly what the run
+        will see. Counted in characters: the tiny tokenizer has one token per character (a few seconds for the
+        ~10^5 sequences of tiny / chain16; batch() checks each encoded batch again)."""
+        best, at = 0, 0
+        for step in range(steps):
+            for prob, answer in self._draws(step, batch_size):
+                n = _round_up(len(prob.prompt_text) + len(answer) + 1, self.block)
+                if n > best:
+                    best, at = n, step
+        return best, at
+
+    def check_seq_len(self, steps: int, batch_size: int) -> None:
+        """ConfigError, one line naming backbone_training.seq_len and the minimum value, when a training sequence of
+        the run would not fit: raised before training starts (it was a ValueError traceback at the first batch
+        holding one, possibly hours into the run)."""
+        need, step = self.longest(steps, batch_size)
+        if need > self.seq_len:
+            raise ConfigError(self._too_short(need, f"the longest, first drawn at step {step}"))
+
+    def _too_short(self, need: int, which: str) -> str:
+        return (f"backbone_training.seq_len: {self.seq_len} is too short for the training sequences of profile "
+                f"{self.profile.cli_arg}: {which} (prompt + answer + EOS, padded to whole blocks of {self.block}) "
+                f"has {need} tokens; set backbone_training.seq_len to at least {need}")  # fmt: skip
+
+    def batch(self, step: int, batch_size: int):
+        rows, plens = [], []
+        for prob, answer in self._draws(step, batch_size):
+            ids, plen = encode_training_example(self.tok, prob, answer, self.block, self.eos)
             rows.append(ids)
             plens.append(plen)
         T = max(len(r) for r in rows)
         if T > self.seq_len:
-            raise ValueError(f"a training sequence has {T} tokens > backbone_training.seq_len={self.seq_len}")
+            raise ConfigError(self._too_short(T, f"a sequence of step {step}"))
         clean = torch.full((batch_size, T), self.pad, dtype=torch.long)
         valid = torch.zeros(batch_size, T, dtype=torch.bool)
         for i, r in enumerate(rows):
@@ -359,6 +389,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     tok = make_tokenizer(profile)
     mask_id = mask_token_id(tok)
     data = TrainData(profile, tok)
+    data.check_seq_len(tc.steps, tc.batch_size)  # before any step: a sequence that does not fit is a setting to fix
     cfg = model_config_for(profile, len(tok))
     gen = torch.Generator().manual_seed(profile.seed)
     model = SDARModel(cfg).init_weights(INIT_STD, gen)
