@@ -37,7 +37,9 @@ ran. Sections, in order (--sections picks some; docs/gpu.md: what a first GPU ru
   engine_compiled  model.compile_model at SDAR-4B widths with 4 layers, growing and static cache: CUDA graphs
                    ("reduce-overhead", graph_safe) against the same compile without graphs (check: equal tokens);
                    compiled-vs-eager token agreement (a measured share); rounds per second; graphs compiled, under
-                   a recompile limit of 64 with a hit made an error (dynamo's default 8 let part of it run eagerly)
+                   a recompile limit of 64 with a hit made an error (dynamo's default 8 let part of it run eagerly);
+                   the bytes a replay copies into graph inputs per call kind (model.replay_copy_bytes, static cache:
+                   a check that no KV cache tensor is among them) and the CUDA graphs inductor skipped
 
 Time on one H100/H200, estimated (not yet run on one), from what each section launches and moves: environment
 seconds, kernel_check ~1 min (about a dozen Triton compiles of 1-2 s, the 151,936-wide inputs drawn on the CPU),
@@ -45,8 +47,8 @@ batch_invariance seconds, invariant_mode ~0.5 min (10 kernel compiles, the refer
 verify_bitwise seconds (~1e9 parameters initialised twice, 15 verifies; the mode's kernels compile once), mismatch
 ~1 min (~75 toy generations of ~50 forwards at ~100 launches each, Python-bound), kernels seconds, engine ~1 min
 (8.8 GB of weights initialised, 8 generations of ~32 rounds of ~15-50 ms), engine_compiled 3-5 min (two inductor
-compiles of each call kind at 4 layers): ~7-9 min. It runs last, so scripts/gpu_probe.sh's 480 s limit cuts only it
-(its rows so far are kept).
+compiles of each call kind at 4 layers; the replay-copy trace ~10-30 s): ~7-9 min. It runs last, so
+scripts/gpu_probe.sh's 480 s limit cuts only it (its rows so far are kept).
 """
 
 from __future__ import annotations
@@ -432,13 +434,14 @@ def engine_compiled_rows(dev, small: bool) -> list[dict]:
     tag = f"{cfg.num_layers} layers"
     eager = {st: _rounds_per_s(rows, S, f"eager ({tag}{', static cache' if st else ''})", model, head, prompt, L, dev,
                                static_cache=st) for st in (False, True)}  # fmt: skip
+    rows.extend(replay_copy_rows(S, model, head, prompt, L, dev))
     saved = _compile_limits()
     t0 = time.perf_counter()
     try:
         got = {}
         modes = [("no graphs", None), ("CUDA graphs", "reduce-overhead")]
         for name, mode in modes:
-            g0 = counters["stats"]["unique_graphs"]
+            g0, skips0 = counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"]
             if name == "CUDA graphs" and dev.type != "cuda":  # the same compile, behind graph_safe
                 from mrp_repro.model import graph_safe
 
@@ -458,6 +461,10 @@ def engine_compiled_rows(dev, small: bool) -> list[dict]:
                     rows.append(_row(S, what, float("nan"), "", False, _err(exc)))
             rows.append(_row(S, f"graphs dynamo compiled, {name}", counters["stats"]["unique_graphs"] - g0, "graphs",
                              None, f"recompile limit {_recompile_limit()} per frame; a hit is a failed row"))
+            if mode == "reduce-overhead" and dev.type == "cuda":  # a skip runs that graph without CUDA graphs
+                rows.append(_row(S, "CUDA graphs inductor skipped", counters["inductor"]["cudagraph_skips"] - skips0,
+                                 "graphs", None, "measured: each runs as inductor without graphs (the reasons are "
+                                 "logged as 'skipping cudagraphs'); 0 expected with the cache at static addresses"))
         for st in (False, True):
             cache = "static cache" if st else "growing cache"
             if ("no graphs", st) in got and ("CUDA graphs", st) in got:
@@ -476,6 +483,35 @@ def engine_compiled_rows(dev, small: bool) -> list[dict]:
         _uncompile(model, head)
     rows.append(_row(S, "compiles + compiled runs", time.perf_counter() - t0, "s"))
     return rows
+
+
+def replay_copy_rows(section, model, head, prompt, L, dev) -> list[dict]:
+    """model.replay_copy_bytes over one Speculative(3, mrp) generate with the static cache (the CUDA-graph layout),
+    backbone and head: the largest bytes a replay copies into graph-owned inputs over the call kinds (measured) and
+    the check that no KV cache tensor is among them (the cache read and written in place, at static addresses;
+    before issue 36 the whole cache was copied per replay). Traced only (dynamo, a few seconds per call kind)."""
+    from mrp_repro.decoding import Speculative, generate
+    from mrp_repro.model import replay_copy_bytes
+
+    pol = Speculative(3, "mrp", head=head)
+    t0 = time.perf_counter()
+    try:
+        kinds = replay_copy_bytes((model, head), lambda: generate(model, prompt, pol, L, 1, [2], L, pad_id=0,
+                                                                  trace=False, static_cache=True))  # fmt: skip
+    except Exception as exc:  # a graph break in a forward, or dynamo failing to trace it here
+        return [_row(section, "bytes copied into graph inputs per replay, static cache", float("nan"), "", False,
+                     _err(exc))]  # fmt: skip
+    worst = max(kinds, key=lambda r: r["bytes"])
+    cache = [f"{r['module']}: {s}" for r in kinds for s in r["copied"] if "cache" in s]
+    top = sorted(worst["copied"].items(), key=lambda kv: -kv[1])[:3]
+    return [
+        _row(section, "bytes copied into graph inputs per replay, static cache (largest call kind)", worst["bytes"],
+             "bytes", None, f"{len(kinds)} call kinds of backbone and head, {worst['module']} largest: "
+             + ", ".join(f"{k} {v}" for k, v in top) + f"; read in place: {worst['static_bytes'] / 1e9:.2f} GB; "
+             f"traced in {time.perf_counter() - t0:.1f} s"),
+        _row(section, "no KV cache tensor copied per replay", float(not cache), "", not cache,
+             "the cache at static addresses (model._static_addresses)" if not cache else "copied: " + "; ".join(cache)),
+    ]
 
 
 # -- the run's environment -----------------------------------------------------------------------------------------

@@ -338,6 +338,7 @@ class KVCache:
         # on the host: every slot written so far is valid in every row (each write's key_valid was all True by
         # construction, i.e. not given); read by SDARModel._mask_form instead of the mask's contents (no host sync)
         self.known_valid = True
+        _static_addresses(self)
 
     @classmethod
     def for_model(cls, cfg: ModelConfig, batch: int, capacity: int, device, dtype, num_layers: int | None = None,
@@ -380,7 +381,20 @@ class KVCache:
             self.static,
             self.known_valid,
         )
-        return out
+        return _static_addresses(out)
+
+
+def _static_addresses(cache: KVCache) -> KVCache:
+    """Mark the cache's tensors (k, v, valid) as static addresses for torch.compile, as
+    torch._dynamo.mark_static_address(t, guard=False) does (the attribute it sets; set here without importing dynamo
+    for every cache, tests/test_gpu_static_cache.py checks it is the same): a CUDA-graph replay (compile_model,
+    "reduce-overhead") then reads and writes them in place, where an unmarked cache, a graph input like any other,
+    was copied whole into graph-owned memory before every replay (~10 GB at batch 16 on SDAR-4B) and its writes
+    (commits: a mutated input) made cudagraph trees skip the graph. A new cache at another address re-records the
+    graphs that read it (not a recompile, no guard on the address). replay_copy_bytes measures what is left."""
+    for t in (cache.k, cache.v, cache.valid):
+        t._dynamo_static_input_type = "unguarded"
+    return cache
 
 
 def block_causal_mask(key_valid: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -704,6 +718,85 @@ def compile_model(model: SDARModel, head: nn.Module | None = None, mode: str | N
             m.forward = graph_safe(fn) if mode == "reduce-overhead" else fn
             m.forward.mrp_compiled = True
     return model
+
+
+class _Traced(Exception):
+    """Raised by graph_inputs' recording backend: the graph is seen, nothing runs."""
+
+
+def _footprint(t: torch.Tensor) -> int:
+    """Bytes a copy of t moves: its elements, once per distinct address (an expanded, stride-0 dim counts once)."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        n *= size if stride != 0 else 1
+    return n * t.element_size()
+
+
+def graph_inputs(fn, *args, **kwargs) -> list[dict]:
+    """The tensor inputs of the graph torch.compile makes of fn(*args, **kwargs) (dynamic shapes, as compile_model),
+    traced only: a recording backend stops the compile once it has the graph, so nothing runs (no side effect on a
+    cache, no kernel; CPU or CUDA alike). Each input: source (dynamo's name, e.g. L['cache'].k), shape, bytes (its
+    footprint), static (a parameter, buffer or torch._dynamo.mark_static_address tensor: what cudagraph trees neither
+    copy nor re-allocate). A graph break is an error (the forwards compile whole: fullgraph)."""
+    seen: list[dict] = []
+
+    def backend(gm, example_inputs):
+        for node, ex in zip(gm.graph.find_nodes(op="placeholder"), example_inputs, strict=False):
+            if isinstance(ex, torch.Tensor):
+                src = getattr(node, "_dynamo_source", None)
+                static = isinstance(ex, nn.Parameter) or bool(
+                    node.meta.get("tensor_dict", {}).get("_dynamo_static_input_type"))
+                seen.append(dict(source=src.name if src is not None else node.name, shape=tuple(ex.shape),
+                                 bytes=_footprint(ex), static=static))  # fmt: skip
+        raise _Traced
+
+    try:
+        torch.compile(fn, backend=backend, dynamic=True, fullgraph=True)(*args, **kwargs)
+    except Exception as exc:  # dynamo wraps a backend's exception (BackendCompilerFailed)
+        e: BaseException | None = exc
+        while e is not None and not isinstance(e, _Traced):
+            e = getattr(e, "inner_exception", None) or e.__cause__
+        if e is None:
+            raise
+    return seen
+
+
+def replay_copy_bytes(modules: nn.Module | tuple, call) -> list[dict]:
+    """What a CUDA-graph replay of the compiled forwards of `modules` (the backbone, a head: compile_model,
+    "reduce-overhead") copies into graph-owned memory, per forward that call() makes (issue 36): cudagraph trees copy
+    every tensor input that is not static (graph_inputs) before each replay. call() runs eagerly; at each forward of
+    a new kind (the module, its arguments' shapes and options; a growing cache's length) the forward is traced
+    first, with its arguments as they are then (graph_inputs: traced only, nothing runs twice). Returns one dict per
+    kind: module (its class), kind, bytes (copied per replay), copied {source: bytes}, static_bytes (read in place:
+    weights, a KV cache at static addresses: _static_addresses). Measured on CPU as on a GPU: the rule is dynamo's
+    and cudagraph trees', not the device's (gpu_check records it on the device)."""
+    out, kinds = [], set()
+
+    def sig(x):
+        if isinstance(x, torch.Tensor):
+            return tuple(x.shape)
+        if isinstance(x, KVCache):  # a growing cache's graphs differ by its length, a static one's do not
+            return ("KVCache", tuple(x.k.shape), x.static, None if x.static else x.length)
+        return x if isinstance(x, int | float | str | bool | type(None)) else type(x).__name__
+
+    def hook(mod, args, kwargs):
+        kind = (type(mod).__name__, tuple(sig(a) for a in args), tuple(sorted((k, sig(v)) for k, v in kwargs.items())))
+        if kind in kinds:
+            return
+        kinds.add(kind)
+        ins = graph_inputs(type(mod).forward, mod, *args, **kwargs)
+        copied = {i["source"]: i["bytes"] for i in ins if not i["static"]}
+        out.append(dict(module=kind[0], kind=kind, bytes=sum(copied.values()), copied=copied,
+                        static_bytes=sum(i["bytes"] for i in ins if i["static"])))  # fmt: skip
+
+    mods = modules if isinstance(modules, tuple | list) else (modules,)
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in mods if m is not None]
+    try:
+        call()
+    finally:
+        for h in handles:
+            h.remove()
+    return out
 
 
 def count_parameters(module: nn.Module) -> int:

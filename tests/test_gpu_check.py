@@ -136,6 +136,9 @@ def test_engine_compiled_passes_on_cpu(tmp_path):
         share = df.loc[f"{cache}: compiled tokens equal to eager"]
         assert 0 <= share["value"] <= 1 and pd.isna(share["ok"])
     assert df.loc["graphs dynamo compiled, no graphs", "value"] > 0
+    assert df.loc["no KV cache tensor copied per replay", "ok"]  # the cache at static addresses (issue 36)
+    copied = df.loc["bytes copied into graph inputs per replay, static cache (largest call kind)"]
+    assert 0 < copied["value"] < 10_000 and pd.isna(copied["ok"])
 
 
 def test_a_failing_section_is_a_row_and_the_rest_still_run(tmp_path, monkeypatch):
