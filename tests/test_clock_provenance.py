@@ -61,6 +61,12 @@ def test_a_table_says_it_reused_a_cached_result_and_which_commit_computed_it(smo
     assert "Reused from an earlier run, not recomputed: backbone (computed at 90a71a6, 2026-12-02" in summary
     # the glossary reads no provenance: the record is JSON, the line is under the table
     assert tables.table_columns(figs) == {"backbone": ["benchmark", "tpf"]}
+    # claims.md says the same under its title, before any verdict
+    from mrp_repro.report import claims
+
+    claims_md = claims.write_report(claims.check_claims({}), figs, "smoke", numeric=False).read_text()
+    head = claims_md.split("\n\n")
+    assert head[0].startswith("# Claims") and head[1] == summary
 
 
 def test_a_result_computed_this_run_and_one_with_no_record(smoke_profile, tmp_runs, tmp_path, monkeypatch,

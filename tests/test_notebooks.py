@@ -27,7 +27,8 @@ EXPECTED = {
     "03_adjacent_step_logits": {"tables": ["adjacent"], "figures": ["adjacent", "adjacent_relative"]},
     "04_train_mrp": {"tables": ["mrp_curve"], "figures": ["mrp_curve"]},
     "05_speculative": {
-        "tables": ["speculative", "modes", "speculative_drafters", "speculative_throughput", "wallclock_checks"],
+        "tables": ["speculative", "modes", "speculative_drafters", "speculative_throughput", "wallclock_checks",
+                   "clock_record"],
         "figures": ["speculative", "speedup"],
     },
     "06_direct_lookahead": {

@@ -165,6 +165,21 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
         plots.plot_speedup(spec.drop(columns="batch_size"))
 
 
+def test_speedup_figure_marks_each_bar_whose_clock_gate_did_not_pass():
+    one = synthetic_runs(n=N, batch_size=1)
+    spec = plots.at_batch(paper.speculative_table(one, n_boot=10), one)
+    gates = ["passed"] * len(spec)
+    gates[0] = "unchecked: not re-timed by the passes"
+    gates[-1] = "failed: repeatable"
+    fig = plots.plot_speedup(spec.assign(clock_gate=gates))
+    (ax,) = fig.axes
+    marks = [c for c in ax.collections if c.get_label() == plots.GATED_LABEL]
+    assert sum(len(c.get_offsets()) for c in marks) == 2 and plots.GATED_LABEL in _fig_legend(fig)
+    clean = plots.plot_speedup(spec.assign(clock_gate="passed"))  # every gate passed: no mark, no legend entry
+    assert plots.GATED_LABEL not in _fig_legend(clean)
+    assert not any(c.get_label() == plots.GATED_LABEL for c in clean.axes[0].collections)
+
+
 def test_speedup_figure_one_batch_size_per_panel(tmp_path):
     """Speculative at batch 1 and at batch 32 and direct at batch 32: two panels, no panel mixes batch sizes."""
     one = synthetic_runs(n=N, batch_size=1)

@@ -19,8 +19,9 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-__all__ = ["RUN_COLUMNS", "MODES", "ALGORITHMS", "UPSTREAM_COUNTERS", "SETTING_KEYS", "TABLE_COLUMNS",
-           "TABLE_AGGREGATES", "require", "empty_runs", "define", "undefined_columns", "require_defined"]
+__all__ = ["RUN_COLUMNS", "MODES", "ALGORITHMS", "CLOCK_TRUSTED", "UPSTREAM_COUNTERS", "SETTING_KEYS",
+           "TABLE_COLUMNS", "TABLE_AGGREGATES", "require", "empty_runs", "define", "undefined_columns",
+           "require_defined"]
 
 #: column -> definition, in the order collect_runs writes them
 RUN_COLUMNS: dict[str, str] = {
@@ -99,6 +100,9 @@ UPSTREAM_COUNTERS = {
     "upstream_accepted": "drafts_accepted", "upstream_bonus": "bonus_tokens",
     "upstream_stalled_blocks": "stalled_blocks",
 }  # fmt: skip
+
+#: the clock_gate values of a wall-clock number one may read as measured; plots mark every other gate
+CLOCK_TRUSTED = ("passed", "reference")
 
 #: decoding families (the `mode` column)
 MODES = ("static", "dynamic", "speculative", "direct", "naive", "remask")

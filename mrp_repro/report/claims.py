@@ -591,6 +591,10 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
         out["modes_runs"] = results["modes_runs"]
     if "wallclock_passes" in results:  # 05's repeated passes: the speed verdicts' sanity checks (report.wallclock)
         out["wallclock_checks"] = wallclock.checks_table(results, **kw)
+    if "speculative" in out:  # one measurement of record per decode, its gate on every wall-clock row
+        record = wallclock.record_table(results, out.get("wallclock_checks"), **kw)
+        out["speculative"] = wallclock.mark_clock(out["speculative"], "speculative_runs", record,
+                                                  runs=results["speculative_runs"], batch_size=1)
     return out
 
 

@@ -512,6 +512,9 @@ def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     return table.assign(batch_size=sizes[0])
 
 
+#: the legend entry of a wall-clock number whose clock gate (report.wallclock) did not pass
+GATED_LABEL = "× clock gate not passed (clock_gate: unchecked or failed)"
+
 #: at most this many batch-size panels a row in plot_speedup; more wrap into further rows
 SPEEDUP_COLUMNS = 2
 
@@ -572,13 +575,15 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
     only, the paper's latency regime). Each table carries
     the batch size of its runs in column batch_size (plots.at_batch); a table may hold several. `controls`
     (speedup_controls: the no-head drafter at every K, naive MTP at the direct steps) adds each no-MRP control as a
-    hatched bar series of its own beside MRP's, in every panel of its batch size."""
+    hatched bar series of its own beside MRP's, in every panel of its batch size. A table with column clock_gate
+    (report.wallclock.mark_clock) has each bar whose gate is not in schema.CLOCK_TRUSTED marked with a red ×."""
     what = "plot_speedup"
     cols = ["benchmark", "batch_size", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup", "paper_model"]  # fmt: skip
     if "batch_size" not in speculative or (direct is not None and "batch_size" not in direct):
         raise KeyError(f"{what}: a table without column batch_size; tag it with plots.at_batch(table, runs)")
     _need(speculative, cols + ["K"], what)
+    from mrp_repro.measure.schema import CLOCK_TRUSTED
     from mrp_repro.report.paper import PAPER_SPECULATIVE_K
 
     # the paper's speculative table is the released code's K = 3, one prompt at a time (its latency regime): its
@@ -637,6 +642,12 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
             if has.any():
                 ax.scatter(x[has], g["paper_throughput_speedup"].to_numpy()[has], marker="D", color="black", zorder=3,
                            s=22, label=f"paper ({models[0]})")  # fmt: skip
+            if "clock_gate" in g:  # a number whose clock gate did not pass is drawn, marked, never silently
+                gated = (g["clock_gate"].notna() & ~g["clock_gate"].isin(CLOCK_TRUSTED)).to_numpy()
+                top = (g["throughput_speedup_hi"].fillna(g["throughput_speedup"])).to_numpy()
+                if gated.any():
+                    ax.scatter(x[gated], top[gated] * 1.04, marker="x", color="crimson", s=30, zorder=4,
+                               label=GATED_LABEL)  # fmt: skip
         ax.axhline(1.0, color="0.4", lw=1, ls=":")
         ax.set_xticks(np.arange(len(benches)), benches)
         ax.set_title(f"batch {bs} ({'one prompt at a time' if bs == 1 else f'{bs} prompts per batch'})", fontsize=10)

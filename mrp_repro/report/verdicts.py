@@ -369,12 +369,18 @@ def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bo
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     md = d / "claims.md"
-    from mrp_repro.report.tables import write_csv, write_text  # renamed into place: links replaced, not followed
-
     from mrp_repro.report.revisions import registration_lines  # it reads this module's verdict words
+    from mrp_repro.report.tables import (  # renamed into place: links replaced, not followed
+        provenance_summary,
+        write_csv,
+        write_text,
+    )
 
     tables = {"lookahead": pd.read_csv(d / "lookahead.csv")} if (d / "lookahead.csv").is_file() else {}
     text = report_markdown(report, profile_name, numeric, paper_model, across)
+    if prov := provenance_summary(d):  # what this run computed and what it read from earlier runs, under the title
+        title, _, rest = text.partition("\n\n")
+        text = f"{title}\n\n{prov}\n\n{rest}"
     write_text(md, text.rstrip("\n") + "\n\n" + "\n".join(registration_lines(tables, profile_name)))
     write_csv(with_across_seeds(report, across), d / "claims.csv")
     return md

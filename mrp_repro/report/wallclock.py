@@ -54,7 +54,8 @@ from mrp_repro.measure import stats
 
 __all__ = ["PASSES", "CEILING_SLACK", "REPEAT_TOL", "SPEED_CLAIMS", "CHECK_COLUMNS", "RECORD_ORDER", "RECORD_COLUMNS",
            "WALL_COLUMNS", "speed_settings", "repeated_passes", "pass_decodes", "pass_speedups", "pass_values",
-           "repeatable", "checks_table", "gate", "record_table", "mark_clock", "with_weighted_forwards"]  # fmt: skip
+           "repeatable", "checks_table", "gate", "record_table", "record_of", "mark_clock",
+           "with_weighted_forwards"]  # fmt: skip
 
 #: interleaved passes per setting (the range of 5 is a 94% interval for the median pass)
 PASSES = 5
@@ -446,6 +447,13 @@ def record_table(results: dict, checks: pd.DataFrame | None = None, n_boot: int 
                 r["clock_gate"], _ = _gate_of(key, grid, checks)
             out[key] = r
     return pd.DataFrame(list(out.values()), columns=RECORD_COLUMNS)
+
+
+def record_of(results: dict, n_boot: int = 1000, ci: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """record_table of `results` (report.paper.load_results) with their sanity checks when the repeated passes
+    (notebook 05) are among them; without the passes every gate reads unchecked."""
+    checks = checks_table(results, n_boot, ci, seed) if len(results.get("wallclock_passes", ())) else None
+    return record_table(results, checks, n_boot, ci, seed)
 
 
 def _row_settings(table: pd.DataFrame, runs: pd.DataFrame | None) -> pd.Series:
