@@ -76,16 +76,51 @@ def test_the_written_regime_table_has_every_statistic_its_target_and_check():
     assert not schema.undefined_columns(long.columns)
 
 
-def test_the_preregistration_names_the_backbone_the_regime_and_every_declared_test():
+def _registration_root(tmp_path, fingerprint="abc123", checks=("met", "met")):
+    """A root with chain16's published record and regime files, as report.regime and publish write them."""
     import json
 
-    from mrp_repro.config import repo_root
+    from mrp_repro.report import tables
+
+    art, figs = tmp_path / "artifacts" / "chain16", tmp_path / "figures" / "chain16"
+    art.mkdir(parents=True)
+    rec = {"backbone": {"fingerprint": "abc123", "files": {"backbone/model/model.safetensors": "f" * 64},
+                        "metrics": {"num_layers": 12, "hidden_size": 96, "params": 1339488, "steps_done": 2400,
+                                    "final_loss": 0.1, "wall_s": 3600.0}}}  # fmt: skip
+    (art / "published.json").write_text(json.dumps(rec))
+    long = pd.DataFrame([{"model": "chain16", "benchmark": b, "regime_statistic": "static(1) accuracy (%)",
+                          "regime_value": 70.0, "regime_value_lo": 60.0, "regime_value_hi": 80.0,
+                          "regime_target": "55-92", "regime_check": c}
+                         for b, c in zip(("chain-math", "chain-code"), checks, strict=True)])  # fmt: skip
+    tables.save_table(long, figs, "regime", digits=2)
+    (figs / regime.BACKBONES_FILE).write_text(json.dumps({"chain16": fingerprint}))
+    return tmp_path, rec
+
+
+def test_the_preregistration_names_the_backbone_the_regime_and_every_declared_test(tmp_path):
     from mrp_repro.report import preregister
     from mrp_repro.report.claims import CLAIMS
+    from mrp_repro.tasks import chain
 
-    text = preregister.render("chain16")
-    rec = json.loads((repo_root() / "artifacts" / "chain16" / "published.json").read_text())
+    root, rec = _registration_root(tmp_path)
+    text = preregister.render("chain16", root=root)
     assert rec["backbone"]["files"]["backbone/model/model.safetensors"] in text
-    assert "| chain16 | chain-code | static(1) accuracy (%) |" in text
+    assert "| chain16 | chain-code | static(1) accuracy (%) |" in text and "Every target is met." in text
+    assert f"GENERATOR_VERSION {chain.GENERATOR_VERSION}" in text
     assert all(f"| {c.id} | {c.group} |" in text for c in CLAIMS)
     assert "naive-mtp-collapses: its test was changed in f3c05be" in text
+
+
+def test_the_preregistration_refuses_another_backbones_regime_and_names_misses(tmp_path):
+    from mrp_repro.errors import UserError
+    from mrp_repro.report import preregister
+
+    root, _ = _registration_root(tmp_path / "a", fingerprint="0ther")
+    with pytest.raises(UserError, match="measured backbone 0ther, the published one is abc123"):
+        preregister.render("chain16", root=root)
+    root, _ = _registration_root(tmp_path / "b", checks=("missed by 3.0", "met"))
+    with pytest.raises(UserError, match=r"misses 1 regime target.*chain-math: static\(1\) accuracy"):
+        preregister.render("chain16", root=root)
+    text = preregister.render("chain16", root=root, accept_misses=True)
+    assert "Registered with these targets missed" in text
+    assert "- chain-math: static(1) accuracy (%) 70.00 (missed by 3.0)" in text

@@ -13,24 +13,54 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+
+import pandas as pd
 
 from mrp_repro.config import load_profile, repo_root
+from mrp_repro.errors import UserError
 
-__all__ = ["HEAD_SEEDS", "render", "main"]
+__all__ = ["HEAD_SEEDS", "misses", "render", "main"]
 
 #: the head seeds of make variance; seed 0 (the profile's seed) is the published head, chosen before any decode
 HEAD_SEEDS = (0, 1, 2)
 
-def render(profile_name: str) -> str:
+def misses(regime_csv: Path, profile_name: str) -> list[str]:
+    """The profile's regime targets its backbone misses, as '<benchmark>: <statistic> <value> (<check>)'."""
+    t = pd.read_csv(regime_csv, keep_default_na=False)
+    t = t[(t["model"] == profile_name) & (t["regime_check"] != "") & (t["regime_check"] != "met")]
+    return [f"{r.benchmark}: {r.regime_statistic} {float(r.regime_value):.2f} ({r.regime_check})"
+            for r in t.itertuples()]  # fmt: skip
+
+
+def render(profile_name: str, root: Path | None = None, accept_misses: bool = False) -> str:
+    """The pre-registration's text. Refused (UserError) when the regime was measured on another backbone than the
+    published one, or misses a target, unless accept_misses: then the misses are registered, named."""
     from mrp_repro.report.claims import CLAIMS
+    from mrp_repro.report.regime import BACKBONES_FILE
+    from mrp_repro.tasks import chain
 
     p = load_profile(profile_name)
-    root = repo_root()
+    root = repo_root() if root is None else Path(root)
     rec = json.loads((root / "artifacts" / p.name / "published.json").read_text())
     bb = rec["backbone"]
-    regime = [ln for ln in (root / "figures" / p.name / "regime.md").read_text().splitlines() if ln.startswith("|")]
+    figs = root / "figures" / p.name
+    measured = json.loads((figs / BACKBONES_FILE).read_text()).get(p.name) if (figs / BACKBONES_FILE).is_file() else None
+    if measured != bb["fingerprint"]:
+        raise UserError(f"figures/{p.name}/regime.csv measured backbone {measured or '(unrecorded)'}, the published "
+                        f"one is {bb['fingerprint']}; measure it first: python -m mrp_repro.report.regime --profile "
+                        f"{p.name}")  # fmt: skip
+    missed = misses(figs / "regime.csv", p.name)
+    if missed and not accept_misses:
+        raise UserError(f"the {p.name} backbone misses {len(missed)} regime target(s) ({'; '.join(missed)}); a "
+                        "backbone is registered only when it meets them, or with --accept-misses, which registers "
+                        "the misses by name")  # fmt: skip
+    regime = [ln for ln in (figs / "regime.md").read_text().splitlines() if ln.startswith("|")]
     sha = bb["files"]["backbone/model/model.safetensors"]
     m, t = p.mrp, p.mrp_training
+    data = f"tasks {', '.join(p.data.tasks)}"
+    if set(p.data.tasks) & set(chain.TASKS):
+        data += f" (mrp_repro/tasks/chain.py, GENERATOR_VERSION {chain.GENERATOR_VERSION})"
     out = [
         f"# Pre-registration: profile `{p.name}`",
         "",
@@ -46,6 +76,7 @@ def render(profile_name: str) -> str:
         f"- {bb['metrics']['num_layers']} layers × {bb['metrics']['hidden_size']}, {bb['metrics']['params']:,} "
         f"parameters, {bb['metrics']['steps_done']} steps with blocks of {list(p.backbone_training.block_sizes)} in "
         f"turn, final loss {bb['metrics']['final_loss']:.4f}, {bb['metrics']['wall_s'] / 60:.0f} min on 2 cores",
+        f"- trained on {data}, {p.data.n_train:,} problems",
         f"- evaluated at block {p.block_size} with {p.block_size} static steps per block, greedy, tasks "
         f"{', '.join(p.evaluation.benchmarks)} ({p.evaluation.n_prompts} held-out prompts each)",
         "",
@@ -57,6 +88,8 @@ def render(profile_name: str) -> str:
         "",
         "\n".join(regime),
         "",
+        *((["Registered with these targets missed (the verdicts read with them in mind):", ""]
+           + [f"- {x}" for x in missed] + [""]) if missed else ["Every target is met.", ""]),
         "## The head recipe and seeds",
         "",
         f"- head: {m.num_layers} decoder layers of the backbone's kind, objective `{m.objective}`, K-step "
@@ -87,11 +120,16 @@ def render(profile_name: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="chain16")
+    ap.add_argument("--accept-misses", action="store_true",
+                    help="register a backbone that misses regime targets, naming each miss in the registration")
     a = ap.parse_args(argv)
     path = repo_root() / "docs" / "preregistration.md"
-    path.write_text(render(a.profile) + "\n")
+    text = render(a.profile, accept_misses=a.accept_misses)
+    path.write_text(text + "\n")
     print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    main()
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)  # a refusal is one error: line

@@ -28,7 +28,7 @@ from mrp_repro.measure import stats
 from mrp_repro.measure.runs import collect_runs
 from mrp_repro.report import tables
 
-__all__ = ["REGIME_TAUS", "REGIME_STATISTICS", "regime_settings", "regime_table", "paper_regime", "check_targets",
+__all__ = ["BACKBONES_FILE", "REGIME_TAUS", "REGIME_STATISTICS", "regime_settings", "regime_table", "paper_regime", "check_targets",
            "regime_long", "main"]
 
 REGIME_TAUS = (0.9, 0.8, 0.7, 0.6, 0.5)  # the paper's tau grid (shared/paper/remasking.csv)
@@ -153,6 +153,10 @@ _TARGETS = {"static_accuracy": "target_static", "dynamic_0.9_drop": "target_dyna
             "answer_tokens_to_eos": "target_length", "drafter_share_of_oracle": "target_drafter_room"}  # fmt: skip
 
 
+#: figures/<profile>/BACKBONES_FILE: profile -> weight fingerprint of the backbone its regime rows measured
+BACKBONES_FILE = "regime_backbones.json"
+
+
 def regime_long(table: pd.DataFrame) -> pd.DataFrame:
     """The regime table as written: one row per (model, benchmark, statistic), with its target and check."""
     rows = []
@@ -182,12 +186,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: the profile's; 1 on a machine shared with other jobs)")
     a = ap.parse_args(argv)
+    from mrp_repro.runtime import write_json_atomic
+    from mrp_repro.trajectories import model_fingerprint
+
     frames = []
     profile = load_profile(a.profile)
+    measured: dict[str, str] = {}
     for name in [a.profile, *a.compare]:
         p = load_profile(name)
         set_num_threads(a.threads or p.backbone_training.num_threads)
         bb = stages.backbone(p)
+        measured[name] = model_fingerprint(bb.model)
         runs = collect_runs(p, bb, None, a.n_prompts, list(p.evaluation.benchmarks), regime_settings(p),
                             progress=True)  # fmt: skip
         runs.to_csv(tables.out_dir(profile) / f"regime_rows_{name}.csv", index=False)
@@ -195,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     table = pd.concat(frames + [paper_regime()], ignore_index=True)
     out = tables.out_dir(profile)
     tables.save_table(regime_long(table), out, "regime", digits=2)
+    # which backbone each row measured: the pre-registration refuses a regime of another backbone than the published
+    write_json_atomic(out / BACKBONES_FILE, measured)
     print(table.T.to_string())
 
 
