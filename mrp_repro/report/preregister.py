@@ -45,7 +45,8 @@ def render(profile_name: str, root: Path | None = None, accept_misses: bool = Fa
     rec = json.loads((root / "artifacts" / p.name / "published.json").read_text())
     bb = rec["backbone"]
     figs = root / "figures" / p.name
-    measured = json.loads((figs / BACKBONES_FILE).read_text()).get(p.name) if (figs / BACKBONES_FILE).is_file() else None
+    sidecar = figs / BACKBONES_FILE
+    measured = json.loads(sidecar.read_text()).get(p.name) if sidecar.is_file() else None
     if measured != bb["fingerprint"]:
         raise UserError(f"figures/{p.name}/regime.csv measured backbone {measured or '(unrecorded)'}, the published "
                         f"one is {bb['fingerprint']}; measure it first: python -m mrp_repro.report.regime --profile "

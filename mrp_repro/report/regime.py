@@ -28,8 +28,8 @@ from mrp_repro.measure import stats
 from mrp_repro.measure.runs import collect_runs
 from mrp_repro.report import tables
 
-__all__ = ["BACKBONES_FILE", "REGIME_TAUS", "REGIME_STATISTICS", "regime_settings", "regime_table", "paper_regime", "check_targets",
-           "regime_long", "main"]
+__all__ = ["BACKBONES_FILE", "REGIME_TAUS", "REGIME_STATISTICS", "regime_settings", "regime_table", "paper_regime",
+           "check_targets", "regime_long", "main"]
 
 REGIME_TAUS = (0.9, 0.8, 0.7, 0.6, 0.5)  # the paper's tau grid (shared/paper/remasking.csv)
 DRAFT_K = 3
