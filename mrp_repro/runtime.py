@@ -235,10 +235,19 @@ def figures_dir(profile: Profile) -> Path:
 
 def _writable_dir(d: Path, var: str, root: Path) -> Path:
     """`d`, created and writable; else one UserError line naming `var` (a runs root that is a file, read-only or
-    not ours gave a 19-28 line traceback from the first mkdir or write)."""
+    not ours gave a 19-28 line traceback from the first mkdir or write). A directory below `root` that is a symbolic
+    link (runs/<profile>/, the run directory) is refused, one line (integrity.make_dir); `root` itself may be one."""
+    from mrp_repro.integrity import LinkRefused, make_dir
+
     try:
-        d.mkdir(parents=True, exist_ok=True)
+        below = [a for a in reversed(d.parents) if a != root and root in a.parents] + [d]
+        for a in below:  # outermost first: nothing is created where a linked directory points
+            if a.is_symlink():
+                make_dir(a)  # raises LinkRefused naming it
+        make_dir(d)
         problem = None if os.access(d, os.W_OK) else os.strerror(30 if _read_only(d) else 13)  # EROFS / EACCES
+    except LinkRefused:
+        raise
     except OSError as e:
         problem = e.strerror or str(e)
     if problem is None:
@@ -489,8 +498,9 @@ def sha256_file(path: str | os.PathLike) -> str:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Write JSON to a temporary file beside `path`, then os.replace it into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from mrp_repro.integrity import file_mode
+    from mrp_repro.integrity import file_mode, make_dir
+
+    make_dir(path.parent)  # a linked directory is refused, not written through
 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -298,3 +298,28 @@ def test_a_stage_on_a_linked_run_directory_exits_with_one_line_and_writes_nothin
     assert len(lines) == 1 and lines[0].startswith(f"error: {out} is a symbolic link (to {elsewhere})"), r.stderr
     assert f"rm {out}" in lines[0]
     _untouched(elsewhere)
+
+
+def test_a_linked_profile_directory_under_the_runs_root_is_refused_before_anything_is_made_there(tmp_runs, elsewhere,
+                                                                                                smoke_profile):  # fmt: skip
+    """runs/<profile>/ linked elsewhere: the run directory inside it is not created where the link points (it was,
+    empty, before the refusal), and a dangling linked run directory gets the link's refusal, not 'File exists'."""
+    from mrp_repro import runtime
+
+    (tmp_runs / smoke_profile.name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_runs / smoke_profile.name).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(integrity.LinkRefused) as e:
+        runtime.figures_dir(smoke_profile)  # the figures root is not linked: allowed
+        runtime.artifact_dir(smoke_profile, "backbone", "0" * 12)
+    _refusal(e, tmp_runs / smoke_profile.name)
+    _untouched(elsewhere)
+    (tmp_runs / smoke_profile.name).unlink()
+    run = tmp_runs / smoke_profile.name / ("backbone-" + "1" * 12)
+    run.parent.mkdir()
+    run.symlink_to(tmp_runs / "gone", target_is_directory=True)
+    with pytest.raises(integrity.LinkRefused) as e:
+        runtime.artifact_dir(smoke_profile, "backbone", "1" * 12)
+    _refusal(e, run)
+    with pytest.raises(integrity.LinkRefused):  # a JSON record written into a linked directory
+        runtime.write_json_atomic(run / "done.json", {})
+    assert not (tmp_runs / "gone").exists()
