@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mrp_repro.report import ablations
+from mrp_repro.report import ablations, ablations_metrics
 from mrp_repro.report.verdicts import HOLDS, NA, NOT, NOT_SHOWN
 
 
 def test_recovery_is_the_share_of_dynamics_loss_won_back():
     rng = np.random.default_rng(0)
     static, dyn, rem = (rng.random(40) < p for p in (0.9, 0.4, 0.6))
-    point, lo, hi, loss = ablations.recovery_ci(static, dyn, rem, n_boot=200, seed=3)
+    point, lo, hi, loss = ablations_metrics.recovery_ci(static, dyn, rem, n_boot=200, seed=3)
     assert point == pytest.approx(100 * (rem.mean() - dyn.mean()) / (static.mean() - dyn.mean()))
     assert loss == pytest.approx(100 * (static.mean() - dyn.mean()))
     idx = np.random.default_rng(3).integers(0, 40, size=(200, 40))  # the same resamples, one at a time
@@ -30,18 +30,18 @@ def test_recovery_is_the_share_of_dynamics_loss_won_back():
             ref.append(100 * (rem[i].mean() - dyn[i].mean()) / d)
     assert (lo, hi) == pytest.approx(tuple(np.quantile(ref, [0.025, 0.975])))
     # dynamic loses nothing: no recovery to speak of
-    assert math.isnan(ablations.recovery_ci(static, static, rem, n_boot=50)[0])
+    assert math.isnan(ablations_metrics.recovery_ci(static, static, rem, n_boot=50)[0])
     with pytest.raises(ValueError, match="paired"):
-        ablations.recovery_ci(static, dyn[:-1], rem)
+        ablations_metrics.recovery_ci(static, dyn[:-1], rem)
 
 
 def test_share_difference_is_paired_and_equals_two_shares():
     rng = np.random.default_rng(1)
     tok = rng.integers(8, 25, 30).astype(float)
     fa, fb, fo = (tok / r for r in (rng.uniform(1.5, 1.8, 30), rng.uniform(1.7, 2.0, 30), np.full(30, 2.0)))
-    sa = ablations.share_ci(tok, fa, tok, fo, n_boot=0)[0]
-    sb = ablations.share_ci(tok, fb, tok, fo, n_boot=0)[0]
-    d, lo, hi = ablations.share_diff_ci((tok, fa), (tok, fb), (tok, fo), n_boot=300, seed=5)
+    sa = ablations_metrics.share_ci(tok, fa, tok, fo, n_boot=0)[0]
+    sb = ablations_metrics.share_ci(tok, fb, tok, fo, n_boot=0)[0]
+    d, lo, hi = ablations_metrics.share_diff_ci((tok, fa), (tok, fb), (tok, fo), n_boot=300, seed=5)
     assert d == pytest.approx(sb - sa) and sb == pytest.approx(tok.sum() / fb.sum() / (tok.sum() / fo.sum()))
     idx = np.random.default_rng(5).integers(0, 30, size=(300, 30))
     ref = [(tok[i].sum() / fb[i].sum() - tok[i].sum() / fa[i].sum()) / (tok[i].sum() / fo[i].sum()) for i in idx]
@@ -55,7 +55,7 @@ def _axis(variants: dict[str, float]) -> pd.DataFrame:
 
 
 def test_declared_tests_follow_their_rules():
-    v = lambda axis, t, d=None: ablations.check_claim(axis, t, d)["verdict"]  # noqa: E731
+    v = lambda axis, t, d=None: ablations_metrics.check_claim(axis, t, d)["verdict"]  # noqa: E731
     assert v("depth", _axis({"1 layer": 0.6, "2 layers": 0.5, "3 layers": 0.52})) == HOLDS
     assert v("depth", _axis({"1 layer": 0.505, "2 layers": 0.5, "3 layers": 0.52})) == NOT_SHOWN  # a tie within 2%
     assert v("depth", _axis({"1 layer": 0.4, "2 layers": 0.5, "3 layers": 0.52})) == NOT
@@ -102,7 +102,8 @@ def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke
     figs = tmp_runs.parent / "figures" / "smoke"
     for name, t in res["tables"].items():
         assert len(t) == 2 * t["label"].nunique() and set(t["benchmark"]) == {"synth-math", "synth-code"}
-        assert set(t.columns) - {c for c in t if c.endswith(("_lo", "_hi"))} <= set(ablations.columns((3,), (0.5,)))
+        defined = set(ablations_metrics.columns((3,), (0.5,)))
+        assert set(t.columns) - {c for c in t if c.endswith(("_lo", "_hi"))} <= defined
         assert {"tpf_share_k3", "upstream_tpf_share_k3"} <= set(t.columns) and (t["family"] == "ours upstream").all()
         for ext in ("md", "csv", "png"):
             assert (figs / f"ablation_{name}.{ext}").stat().st_size > 0

@@ -14,7 +14,7 @@ from matplotlib.collections import PathCollection  # noqa: E402
 from runs_helpers import LOOKAHEAD_K, SPEC_K, synthetic_adjacent, synthetic_runs  # noqa: E402
 
 from mrp_repro.measure.adjacent import RANDOM_BASELINE, SUBSET, TRAINED  # noqa: E402
-from mrp_repro.report import paper, plots, tables  # noqa: E402
+from mrp_repro.report import paper, plots, plots_remask, tables  # noqa: E402
 
 N = 12
 BENCHES = ["synth-math", "synth-code"]
@@ -588,7 +588,7 @@ def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_p
     fig = plots.plot_remasking(t, runs, controls=ctl, n_boot=10)
     labels = [s.get_label() for s in _lines(fig.axes[0])]
     for rule in ("random-veto", "confidence-veto"):
-        lab = plots._CONTROL_LABELS[rule]
+        lab = plots_remask._CONTROL_LABELS[rule]
         assert any(x.startswith(lab) for x in labels), labels
     tpf_labels = [ln.get_label() for ln in fig.axes[len(BENCHES)].get_lines()]
     assert any("random-veto" in x for x in tpf_labels) and any("confidence-veto" in x for x in tpf_labels)

@@ -122,7 +122,7 @@ def test_a_hard_link_in_figures_is_replaced_too(tmp_path, victim):
 def test_a_figure_replaces_a_link_instead_of_writing_through_it(tmp_path, victim):
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots import save_figure
+    from mrp_repro.report.plots_base import save_figure
 
     d = tmp_path / "figures" / "smoke"
     d.mkdir(parents=True)

@@ -340,7 +340,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     N of M panels)"."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots import set_theme
+    from mrp_repro.report.plots_base import set_theme
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")

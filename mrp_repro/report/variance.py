@@ -440,7 +440,7 @@ def plot_spread(per_seed: pd.DataFrame, published_seed: int):
     its bootstrap CI."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots import _colors, set_theme
+    from mrp_repro.report.plots_base import _colors, set_theme
 
     if per_seed.empty:
         raise ValueError("plot_spread: no seed values; nothing to draw")
@@ -484,7 +484,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     """Every seed of both kinds (cached: a killed run resumes), then the tables and the figure."""
     from mrp_repro import stages
     from mrp_repro.report import tables
-    from mrp_repro.report.plots import save_figure
+    from mrp_repro.report.plots_base import save_figure
     from mrp_repro.runtime import seed_everything, set_num_threads
 
     P = profile

@@ -1,0 +1,218 @@
+"""The one look of every figure and the checks every figure is held to: theme, palette, saving, legends.
+
+    from mrp_repro.report import plots_base
+    plots_base.save_figure(fig, profile, "speedup")      # figures/<profile>/speedup.{png,pdf}
+    plots_base.legend_points(fig)                         # legend entry -> finite points drawn (0: an empty series)
+    plots_base.hidden_markers(fig)                        # markers drawn exactly over others (none in a good figure)
+
+The figures themselves: report.plots_speed (speculative, speedup, lookahead, kernels), report.plots_remask
+(remasking, trajectory), report.plots_training (training curves, adjacent-step similarity), report.peers (MRP beside
+its peers); report.plots names them all. Each figure draws every series its table holds, reads its columns by exact
+name (a missing one is a KeyError naming it: _need), refuses a table with more than one row per series point instead
+of blending them (_unique), and never draws an empty panel. One seaborn theme, the colour-blind palette.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from mrp_repro.measure.schema import require
+from mrp_repro.report.tables import out_dir
+
+__all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
+           "hidden_markers"]  # fmt: skip
+
+
+PALETTE = "colorblind"
+LABELS = {
+    "threshold": "confidence threshold τ",
+    "accuracy": "accuracy (%)",
+    "lookahead_k": "lookahead K",
+    "distance": "step distance",
+    "kl_median": "median KL(next ‖ current), nats",
+    "top1_agreement": "top-1 agreement",
+    "throughput_speedup": "speedup over static (×, wall clock)",
+}
+
+
+def set_theme() -> None:
+    """The one look of every figure: seaborn whitegrid, colour-blind palette, readable font sizes."""
+    sns.set_theme(style="whitegrid", palette=PALETTE, context="notebook", font_scale=1.0)
+    plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 150, "savefig.bbox": "tight", "axes.titlesize": 11})
+
+
+def _colors(n: int) -> list:
+    return sns.color_palette(PALETTE, max(n, 1))
+
+
+def _need(df: pd.DataFrame, cols, what: str) -> None:
+    require(df, cols, what)
+    if df.empty:
+        raise ValueError(f"{what}: the table is empty; nothing to draw")
+
+
+def _unique(df: pd.DataFrame, keys: list[str], what: str) -> None:
+    """One row per series point, or a ValueError naming the duplicated point (never blend rows)."""
+    dup = df.duplicated(keys, keep=False)
+    if dup.any():
+        point = df.loc[dup, keys].iloc[0].to_dict()
+        raise ValueError(f"{what}: more than one row for {point}; select one row per {keys} first")
+
+
+def _yerr(df: pd.DataFrame, col: str):
+    lo = (df[col] - df[f"{col}_lo"]).clip(lower=0).to_numpy()
+    hi = (df[f"{col}_hi"] - df[col]).clip(lower=0).to_numpy()
+    return np.vstack([lo, hi])
+
+
+def save_figure(fig, profile_or_dir, name: str) -> list[Path]:
+    """Write `fig` as <dir>/<name>.png and .pdf; returns both paths."""
+    from mrp_repro.integrity import atomic_file
+
+    d = out_dir(profile_or_dir)
+    paths = []
+    for ext in ("png", "pdf"):
+        p = d / f"{name}.{ext}"
+        with atomic_file(p) as tmp:  # renamed into place: a link at p is replaced, never written through
+            fig.savefig(tmp, format=ext)
+        paths.append(p)
+    return paths
+
+
+def _paper_benchmark(g: pd.DataFrame) -> str:
+    """The paper's benchmark of our rows `g` (their paper_benchmark column, else report.paper.BENCHMARK_MAP)."""
+    from mrp_repro.report.paper import BENCHMARK_MAP
+
+    if "paper_benchmark" in g and g["paper_benchmark"].notna().any():
+        return str(g["paper_benchmark"].dropna().iloc[0])
+    return BENCHMARK_MAP.get(str(g["benchmark"].iloc[0]), "")
+
+
+def _legend_below(fig, axes, ncol: int = 4) -> None:
+    """One legend for every axis, below the panels (never over a line or a label), each label once."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, h)
+    rows = math.ceil(len(seen) / ncol)
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=ncol, frameon=False, fontsize=8)
+    # the legend's height in inches (8 pt rows), as a share of this figure's height: a figure of several rows
+    # of panels would otherwise give it far more room than it needs
+    bottom = min((0.19 * rows + 0.12) / fig.get_size_inches()[1], 0.5)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+
+
+def _legend_under_ticks(ax, ncol: int) -> None:
+    """`ax`'s legend below its (rotated, long) x tick labels, placed from their drawn extent: a fixed offset in
+    axes units collides with them whenever the labels are longer than it assumed (the upstream settings)."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in [*ax.get_xticklabels(), ax.xaxis.label] if t.get_text()]
+    low = min((b.y0 for b in boxes), default=ax.get_window_extent(renderer).y0)
+    pad = 4 * fig.dpi / 72  # 4 pt under the lowest label
+    _, y = ax.transAxes.inverted().transform((0, low - pad))
+    ax.legend(frameon=False, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, y), ncol=ncol)
+
+
+_MARKERLESS = ("", "None", "none", " ", None, "_", "|")
+
+
+def _marker_lines(ax) -> list:
+    """The axis' lines that draw markers (not error-bar caps), in drawing order (zorder, then insertion)."""
+    lines = [ln for ln in ax.get_lines() if ln.get_marker() not in _MARKERLESS and ln.get_visible()]
+    return sorted(lines, key=lambda ln: ln.get_zorder())  # stable: insertion order within a zorder
+
+
+def _points(ln) -> np.ndarray:
+    x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
+    xy = np.stack([x, y], 1) if x.size == y.size else np.zeros((0, 2))
+    return xy[np.isfinite(xy).all(1)]
+
+
+def _shared(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> bool:
+    """Whether some point of a and some point of b coincide (within tol, relative to the values' scale)."""
+    if not len(a) or not len(b):
+        return False
+    d = np.abs(a[:, None, :] - b[None, :, :]) <= tol * np.maximum(1.0, np.abs(a[:, None, :]))
+    return bool(d.all(-1).any())
+
+
+def nest_coincident_markers(ax) -> None:
+    """Where a line's marker would sit on an earlier line's (same point), draw it hollow and larger than every
+    marker it covers, above them: the markers nest instead of hiding one another (plot_remasking: at τ = 0.9 every
+    series is dynamic's point)."""
+    drawn = []
+    for ln in _marker_lines(ax):
+        under = [o for o in drawn if _shared(_points(o), _points(ln))]
+        if under:
+            ln.set_markerfacecolor("none")
+            ln.set_markeredgewidth(max(ln.get_markeredgewidth(), 1.5))
+            ln.set_markersize(max(o.get_markersize() for o in under) + 2.5)
+            ln.set_zorder(max(ln.get_zorder(), *(o.get_zorder() for o in under)) + 0.1)
+        drawn.append(ln)
+
+
+def hidden_markers(fig) -> list[tuple[str, str]]:
+    """(covered, covering) label pairs of line markers that one draws exactly over the other in `fig` (the later
+    not hollow and larger): a marker the reader cannot see. Empty for a figure where none hides another."""
+    out = []
+    for ax in fig.axes:
+        lines = _marker_lines(ax)
+        for i, a in enumerate(lines):
+            for b in lines[i + 1:]:
+                if not _shared(_points(a), _points(b)):
+                    continue
+                nested = (str(b.get_markerfacecolor()) == "none" and b.get_markersize() > a.get_markersize())
+                if not nested:
+                    out.append((a.get_label(), b.get_label()))
+    return out
+
+
+def _finite_points(artist) -> int:
+    """Finite (x, y) points an artist draws: a line's data, a scatter's offsets, an errorbar's data line, a bar
+    container's bars (finite heights), a patch's extent, a line collection's segments."""
+    from matplotlib.collections import Collection, LineCollection
+    from matplotlib.container import BarContainer, ErrorbarContainer
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    def finite(xy) -> int:
+        a = np.asarray(xy, float).reshape(-1, 2) if np.size(xy) else np.zeros((0, 2))
+        return int(np.isfinite(a).all(axis=1).sum())
+
+    if isinstance(artist, ErrorbarContainer):
+        return _finite_points(artist.lines[0]) if artist.lines[0] is not None else 0
+    if isinstance(artist, BarContainer):
+        return sum(int(np.isfinite(p.get_height()) and np.isfinite(p.get_x())) for p in artist.patches)
+    if isinstance(artist, Line2D):
+        x, y = np.asarray(artist.get_xdata(), float), np.asarray(artist.get_ydata(), float)
+        return int((np.isfinite(x) & np.isfinite(y)).sum()) if x.size == y.size else 0
+    if isinstance(artist, LineCollection):
+        return sum(finite(seg) for seg in artist.get_segments())
+    if isinstance(artist, Collection):
+        return finite(artist.get_offsets())
+    if isinstance(artist, Rectangle):
+        return int(np.isfinite([artist.get_x(), artist.get_y(), artist.get_width(), artist.get_height()]).all())
+    return 0
+
+
+def legend_points(fig) -> dict[str, int]:
+    """Every legend entry of `fig` (each axis' legend and the figure's) -> the finite points drawn, over every axis,
+    by the artists carrying that label: 0 means the legend names a series the figure does not draw."""
+    drawn: dict[str, int] = {}
+    for ax in fig.axes:
+        inside = {id(a) for c in ax.containers for a in c.get_children()}  # counted through their container
+        artists = [*ax.containers, *(a for a in [*ax.lines, *ax.collections, *ax.patches] if id(a) not in inside)]
+        for a in artists:
+            label = a.get_label()
+            if label and not label.startswith("_"):
+                drawn[label] = drawn.get(label, 0) + _finite_points(a)
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    names = [t.get_text() for leg in legends if leg is not None for t in leg.get_texts()]
+    return {n: drawn.get(n, 0) for n in names}
