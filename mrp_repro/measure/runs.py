@@ -17,13 +17,31 @@ released code's speculative for every K (decoding.upstream, draft logits decodin
 static, their reference (column `algorithm`); without "ours" there, our speculative is left out. With "upstream"
 and a head, also the released code's remasking (decoding.upstream_remask): UpstreamDynamic(tau), its baseline, and
 UpstreamRemask(tau, delta) for delta in decoding.upstream_remask_deltas, at every remasking tau.
+
+Resuming (collect_runs(..., partial=dir); report.grids passes <result>.partial/): after each batch its rows are
+written to <dir>/<benchmark>-<batch>.json (write_partial: a header line with the batch's key, its rows' sha256 and
+who decoded it, then the rows with their dtypes; a unique temporary name renamed into place, so a killed process
+leaves the finished batches and never half a file under that name). A rerun reads every batch whose key matches
+(batch_key: the grid's settings, sizes, weights, inputs, profile hash and the batch's own prompts) and decodes the
+rest; the frame equals an uninterrupted run's but for wall_s and resumed_from, which names the earlier process that
+decoded a kept row ('' on rows decoded by the call that returns the frame). A file of another spec, cut short,
+edited or not of this format is not read: a note on stderr names it, and its batch is decoded again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
 import math
+import os
+import socket
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -47,7 +65,8 @@ from mrp_repro.runtime import machine_summary
 from mrp_repro.tasks import synthetic
 
 __all__ = ["model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first", "batch_order",
-           "run_setting", "decode_batch", "collect_runs", "decode_events", "identical_to_static"]  # fmt: skip
+           "run_setting", "decode_batch", "collect_runs", "decode_events", "identical_to_static", "PARTIAL_FORMAT",
+           "grid_record", "batch_key", "write_partial", "read_partial", "partial_path"]  # fmt: skip
 
 def model_for_profile(profile) -> str:
     """The model name our runs carry: the declared paper model (profile.paper.model) where our numbers compare
@@ -189,7 +208,7 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
                 "fused_commits": s.fused_commits, "mrp_forwards": s.mrp_forwards, "rounds": s.rounds,
                 "drafted": s.drafted, "accepted": s.accepted, "revoked": s.revoked,
                 "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall, "wall_rank": rank,
-                "identical_to_static": False,
+                "resumed_from": "", "identical_to_static": False,
                 **_upstream_columns(res, len(idx)),
             }  # fmt: skip
     return pd.DataFrame([rows[i] for i in range(len(problems))], columns=list(RUN_COLUMNS))
@@ -245,37 +264,223 @@ def decode_batch(backbone, problems: Sequence, indices: Sequence[int], settings,
     return out
 
 
+#: the first field of a partial batch file's header line (write_partial); a file without it is not read
+PARTIAL_FORMAT = "mrp-runs-partial-batch/1"
+
+
+def grid_record(profile, backbone, head, settings, batch_size: int, max_new_tokens: int, inputs: str) -> dict:
+    """What every batch of a grid depends on beyond its own prompts (batch_key hashes it): the runs columns, model
+    names, resolved inputs, the profile's hash (and the backbone's profile's, whose decoding options generate reads),
+    the settings in decoding order, batch size, max_new_tokens, the backbone's and head's weight fingerprints."""
+    from mrp_repro.trajectories import model_fingerprint
+
+    bb_profile = getattr(backbone, "profile", None)
+    return dict(
+        format=PARTIAL_FORMAT,
+        columns=list(RUN_COLUMNS),
+        model=model_for_profile(profile),
+        paper_model=profile.paper.model,
+        inputs=inputs,
+        profile_hash=profile.hash,
+        backbone_profile_hash=bb_profile.hash if bb_profile is not None else None,
+        settings=[[m, p.name] for m, p in settings],
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        backbone=model_fingerprint(backbone.model),
+        head=model_fingerprint(head) if head is not None else None,
+    )
+
+
+def batch_key(grid: dict, benchmark: str, batch: int, indices: Sequence[int], problems: Sequence,
+              prompts: Sequence[Sequence[int]]) -> str:  # fmt: skip
+    """The key of one batch of a grid (grid_record): the grid, the benchmark, the batch's position, its prompt
+    indices, its problems (every field) and their encoded prompts; 24 hex of the sha256."""
+    rec = dict(grid=grid, benchmark=benchmark, batch=batch, indices=[int(i) for i in indices],
+               problems=[dataclasses.asdict(q) if dataclasses.is_dataclass(q) else repr(q) for q in problems],
+               prompts=[[int(t) for t in x] for x in prompts])  # fmt: skip
+    return hashlib.sha256(json.dumps(rec, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def partial_path(partial: str | os.PathLike, benchmark: str, batch: int) -> Path:
+    """<partial>/<benchmark>-<batch, 5 digits>.json: where collect_runs keeps one finished batch."""
+    return Path(partial) / f"{benchmark}-{batch:05d}.json"
+
+
+def _decoded_by() -> str:
+    """`<commit 12 hex>[-dirty] pid <pid> on <host> at <UTC now>`: who decodes a batch, and when (resumed_from)."""
+    from mrp_repro.runtime import code_version
+
+    v = code_version()
+    at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    return (f"{v['git_commit'][:12]}{'-dirty' if v['git_dirty'] else ''} pid {os.getpid()} on {socket.gethostname()} "
+            f"at {at}")  # fmt: skip
+
+
+def _native(v):
+    """A numpy scalar in an object column as the Python value json writes."""
+    item = getattr(v, "item", None)
+    if item is None:
+        raise TypeError(f"{type(v).__name__} is not JSON serialisable")
+    return item()
+
+
+def write_partial(path: str | os.PathLike, df: pd.DataFrame, key: str, **header) -> Path:
+    """One finished batch's rows at `path`, atomically (integrity.atomic_file: a unique temporary name beside it,
+    flushed to disk, renamed into place). Line 1: the header (PARTIAL_FORMAT, key, rows, the sha256 of the rest,
+    `header`); the rest: {"columns", "dtypes", "data"}, every cell as JSON writes it (floats exactly, NaN as NaN),
+    so read_partial gives back the same frame, dtypes included."""
+    from mrp_repro import integrity
+
+    body = {"columns": [str(c) for c in df.columns], "dtypes": [str(df[c].dtype) for c in df.columns],
+            "data": df.to_dict(orient="split")["data"]}  # fmt: skip
+    payload = json.dumps(body, ensure_ascii=True, allow_nan=True, separators=(",", ":"), default=_native).encode()
+    head = dict(header, format=PARTIAL_FORMAT, key=key, rows=len(df), sha256=hashlib.sha256(payload).hexdigest())
+    path = Path(path)
+    with integrity.atomic_file(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(json.dumps(head, sort_keys=True, default=str).encode() + b"\n" + payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return path
+
+
+#: read_partial's reason for a file whose key is another batch's (counted, then named once per grid)
+_OTHER_SPEC = "is of another grid spec (settings, prompts, sizes, weights, inputs or profile)"
+
+
+def read_partial(path: str | os.PathLike, key: str) -> tuple[pd.DataFrame | None, dict, str | None]:
+    """(rows, header, None) of a batch write_partial wrote with `key`; (None, header or {}, why) when it must not be
+    read: not this format, another key, its rows not matching their recorded sha256 (cut short, edited), columns
+    other than RUN_COLUMNS, or unreadable."""
+    path = Path(path)
+    head: dict = {}
+    try:
+        raw = path.read_bytes()
+        first, _, payload = raw.partition(b"\n")
+        head = json.loads(first)
+        if not isinstance(head, dict) or head.get("format") != PARTIAL_FORMAT:
+            return None, {}, f"is not a partial batch of this package ({PARTIAL_FORMAT})"
+        if head.get("key") != key:
+            return None, head, _OTHER_SPEC
+        if hashlib.sha256(payload).hexdigest() != head.get("sha256"):
+            return None, head, (f"does not match its recorded sha256 ({len(raw)} bytes: cut short, edited or "
+                                "corrupted)")  # fmt: skip
+        body = json.loads(payload)
+        cols, dtypes, data = body["columns"], body["dtypes"], body["data"]
+        if cols != list(RUN_COLUMNS) or len(dtypes) != len(cols) or len(data) != head.get("rows"):
+            return None, head, "holds other columns or rows than recorded (another version of the runs schema)"
+        typed = zip(cols, dtypes, strict=True)
+        df = pd.DataFrame({c: pd.Series([r[j] for r in data], dtype=dt) for j, (c, dt) in enumerate(typed)})
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        return None, head, f"is unreadable ({type(e).__name__}: {str(e)[:120]})"
+    return df, head, None
+
+
+def _resume(partial: Path, bench: str, j: int, key: str, idx: Sequence[int], names: list[str],
+            other: list[Path]) -> pd.DataFrame | None:  # fmt: skip
+    """Batch j's rows kept in `partial` (resumed_from set to the process that decoded them), else None: absent, of
+    another spec (added to `other`) or damaged (a note on stderr names it; it is decoded again and overwritten)."""
+    from mrp_repro import integrity
+
+    path = partial_path(partial, bench, j)
+    integrity.remove_stale_temps(path)  # what a killed write left (.<name>.*.tmp); safe under the grid's lock
+    if not path.exists():
+        return None
+    df, head, why = read_partial(path, key)
+    if why is None:
+        want = sorted(int(i) for i in idx)
+        got = {n: sorted(g["prompt_index"].astype(int)) for n, g in df.groupby("setting", sort=False)}
+        if list(got) != names or any(v != want for v in got.values()):
+            why = "holds other settings or prompts than its batch"
+    if why == _OTHER_SPEC:
+        other.append(path)
+        return None
+    if why is not None:
+        print(f"runs: not resuming {path}: it {why}; its batch is decoded again", file=sys.stderr, flush=True)
+        return None
+    return df.assign(resumed_from=str(head.get("decoded_by") or "an earlier process (unrecorded)"))
+
+
 def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
                  settings: Sequence[tuple[str, Policy]] | None = None, batch_size: int | None = None,
-                 max_new_tokens: int | None = None, progress: bool = False) -> pd.DataFrame:  # fmt: skip
+                 max_new_tokens: int | None = None, progress: bool = False,
+                 partial: str | os.PathLike | None = None) -> pd.DataFrame:  # fmt: skip
     """The runs frame: every setting (default settings_for(profile, head)) on the same problems of every
     benchmark (default evaluation.benchmarks), batch by batch (batch_order), each batch decoded with every setting
-    in turn, static(1) first (decode_batch). Rows in (benchmark, setting, prompt_index) order."""
+    in turn, static(1) first (decode_batch). Rows in (benchmark, setting, prompt_index) order.
+
+    `partial` (a directory; report.grids passes <result>.partial/): resumable. Each finished batch is written there
+    (write_partial) before the next starts, and the batches already there with this grid's key (batch_key) are read
+    instead of decoded, so a process killed mid-grid (Ctrl-C, kill -9, the end of a sitting) loses at most the batch
+    it was decoding. The frame equals an uninterrupted run's in every column but wall_s (each kept row has its own
+    process's clock) and resumed_from (that process: commit, pid, host, time; '' on rows decoded by this call). A
+    file of another spec, damaged or cut short is never read (a note names it; its batch is decoded again). The
+    directory is held under integrity.stage_lock while the grid runs (a second process on it gets StageLocked) and
+    left in place: the caller removes it once the frame is stored. The torchrun path
+    (measure.sharded.collect_runs_sharded) keeps its own per-batch shards, resumable the same way, and does not use
+    `partial` or mark resumed_from."""
+    from mrp_repro import integrity
     from mrp_repro.backbone import encode_prompts
 
     d = profile.decoding
     bs, max_new = batch_size or d.batch_size, max_new_tokens or d.max_new_tokens
     settings = static_first(profile, head, settings, "collect_runs")
     rank = {p.name: i for i, (_, p) in enumerate(settings)}
+    names = [p.name for _, p in settings]
     model = model_for_profile(profile)
     resolved = run_inputs.summary_for(profile)  # recorded by notebook 00, else resolved now
     frames = []
-    for bench in benchmarks or profile.evaluation.benchmarks:
-        problems = eval_problems(profile, bench, n_prompts)
-        batches = batch_order(encode_prompts(backbone, problems), bs)
-        if progress:
-            from tqdm.auto import tqdm
+    with contextlib.ExitStack() as stack:
+        if partial is not None:
+            partial = Path(partial)
+            stack.enter_context(integrity.stage_lock(partial, "a decoding grid's partial results"))
+            grid = grid_record(profile, backbone, head, settings, bs, max_new, resolved)
+        other: list[Path] = []
+        for bench in benchmarks or profile.evaluation.benchmarks:
+            problems = eval_problems(profile, bench, n_prompts)
+            prompts = encode_prompts(backbone, problems)
+            batches = batch_order(prompts, bs)
+            parts: list[pd.DataFrame | None] = [None] * len(batches)
+            keys: list[str] = []
+            if partial is not None:
+                for j, idx in enumerate(batches):
+                    keys.append(batch_key(grid, bench, j, idx, [problems[i] for i in idx], [prompts[i] for i in idx]))
+                    parts[j] = _resume(partial, bench, j, keys[j], idx, names, other)
+                if other:
+                    print(f"runs: not resuming {len(other)} partial batch file(s) of {bench} in {partial} (e.g. "
+                          f"{other[0].name}): each {_OTHER_SPEC.removeprefix('is ')}; decoded again", file=sys.stderr,
+                          flush=True)  # fmt: skip
+                    other.clear()
+            kept = sum(p is not None for p in parts)
+            bar = None
+            if progress:
+                from tqdm.auto import tqdm
 
-            batches = tqdm(batches, desc=f"{bench} ({len(settings)} settings)", leave=False, dynamic_ncols=True)
-        parts = [decode_batch(backbone, [problems[i] for i in idx], idx, settings, bs, max_new, model,
-                              profile.paper.model, resolved) for idx in batches]  # fmt: skip
-        df = pd.concat(parts, ignore_index=True)
-        df = df.assign(_r=df["setting"].map(rank)).sort_values(["_r", "prompt_index"], kind="stable")
-        frames.append(df.drop(columns="_r"))
-        if progress:
-            for name, g in frames[-1].groupby("setting", sort=False):
-                tpf = g["tokens"].sum() / max(g["denoise_forwards"].sum(), 1)
-                print(f"[runs] {bench} {name}: acc {100 * g['correct'].mean():.1f} tpf {tpf:.2f}", flush=True)
+                bar = tqdm(total=len(batches), initial=kept, desc=f"{bench} ({len(settings)} settings)", leave=False,
+                           dynamic_ncols=True)  # fmt: skip
+                if kept:
+                    print(f"[runs] {bench}: {kept} of {len(batches)} batches resumed from {partial}", flush=True)
+            for j, idx in enumerate(batches):
+                if parts[j] is not None:
+                    continue
+                t0 = time.perf_counter()
+                parts[j] = decode_batch(backbone, [problems[i] for i in idx], idx, settings, bs, max_new, model,
+                                        profile.paper.model, resolved)  # fmt: skip
+                if partial is not None:
+                    write_partial(partial_path(partial, bench, j), parts[j], keys[j], benchmark=bench, batch=j,
+                                  indices=[int(i) for i in idx], decoded_by=_decoded_by(),
+                                  seconds=time.perf_counter() - t0)  # fmt: skip
+                if bar is not None:
+                    bar.update(1)
+            if bar is not None:
+                bar.close()
+            df = pd.concat(parts, ignore_index=True)
+            df = df.assign(_r=df["setting"].map(rank)).sort_values(["_r", "prompt_index"], kind="stable")
+            frames.append(df.drop(columns="_r"))
+            if progress:
+                for name, g in frames[-1].groupby("setting", sort=False):
+                    tpf = g["tokens"].sum() / max(g["denoise_forwards"].sum(), 1)
+                    print(f"[runs] {bench} {name}: acc {100 * g['correct'].mean():.1f} tpf {tpf:.2f}", flush=True)
     out = pd.concat(frames, ignore_index=True)
     out["valid_chain"] = out["valid_chain"].astype(float)
     out["K"] = out["K"].astype(float)

@@ -73,6 +73,13 @@ RUN_COLUMNS: dict[str, str] = {
     "wall_s": "the batch's wall seconds split evenly over its rows",
     "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
     "within a rank only: every setting of one prompt is decoded on the same rank (measure.sharded)",
+    "resumed_from": "the earlier process that decoded the row, when the grid was resumed: a grid killed mid-way keeps "
+    "every batch it finished (measure.runs.collect_runs' partial directory; report.grids: <result>.partial/) and its "
+    "rerun decodes only the rest; a kept row names who decoded it, `<12 hex of the commit>[-dirty] pid <pid> on "
+    "<host> at <UTC time its batch was written>`. '' (blank in a CSV) on rows decoded by the process that returned the "
+    "frame (a stored grid's <name>.csv.provenance.json), and on a torchrun grid's rows (measure.sharded). Its wall_s "
+    "was measured by that process's clock: every setting of a batch shares one value, so paired ratios within a "
+    "batch hold; pooled wall times compare only between rows of one value",
     "identical_to_static": "tokens identical to the static setting's output of the same algorithm on the same prompt "
     "(ours: static(1), upstream: upstream_static(1)) (bool)",
     # upstream's own counters (decoding.upstream.UpstreamCounters): per batch as the released code counts them,

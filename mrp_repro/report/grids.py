@@ -1,4 +1,4 @@
-"""The notebooks' decoding grids, defined once: what each runs frame holds, cached, and their torchrun stage.
+"""The notebooks' decoding grids, defined once: what each runs frame holds, cached, resumable, and their torchrun stage.
 
     .venv/bin/python -m mrp_repro.report.grids --profile tiny                        # every grid, one process
     .venv/bin/python -m mrp_repro.report.grids --profile tiny --nproc 2              # through torchrun, 2 ranks
@@ -26,6 +26,14 @@ same prompts and batch size, a subset of its settings) is that grid's rows, not 
 the grid is measure.runs.collect_runs; under torchrun (any world size) it is measure.sharded.collect_runs_sharded,
 whose merged file equals collect_runs' but for the wall-clock columns, so the single-process notebooks then read
 what the ranks wrote.
+Resumable: a grid is stored only when complete, but neither path loses more than a batch when killed (Ctrl-C,
+kill -9, the end of a sitting). In a plain process collect_runs writes each finished batch to <name>.partial/ beside
+the result file (measure.runs.write_partial: atomic, keyed on the grid's settings, sizes, weights, inputs, profile
+hash and the batch's prompts), and the rerun reads the batches of the same key and decodes the rest: the stored frame
+equals an uninterrupted run's but for wall_s and resumed_from (the earlier process that decoded a kept row). The
+directory is removed once the full frame and its spec are stored. A damaged or foreign partial file is named on
+stderr and its batch decoded again. Under torchrun the ranks' <name>.shards/ resume the same way (measure.sharded,
+unchanged: no partial directory, resumed_from left blank).
 """
 
 from __future__ import annotations
@@ -185,15 +193,41 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
             rerun = f"python -m mrp_repro.report.grids --profile {profile.cli_arg} --grid {name}"
             out = paper.result_path(profile, name)
             collect_runs_sharded(profile, backbone, head, shard_dir, out, progress=progress, rerun=rerun, **spec)
-        else:
-            paper.save_result(profile, name, collect_runs(profile, backbone, head, progress=progress, **spec))
+        else:  # one process: each finished batch kept in <name>.partial/, so a killed grid resumes (collect_runs)
+            partial = _partial_dir(profile, name)
+            paper.save_result(profile, name, collect_runs(profile, backbone, head, progress=progress, partial=partial,
+                                                          **spec))  # fmt: skip
         if d.is_main:
             write_json_atomic(_spec_path(profile, name), _spec_record(spec))
             _refined_path(profile, name).unlink(missing_ok=True)  # a new grid: refined afresh
+            _remove_partial(profile, name)  # stored in full, with its spec: the kept batches are in it
         d.barrier()
     if name == "controls_runs" and head is not None:
         _refine(profile, backbone, head, name, n_prompts, progress)
-    return paper.load_result(profile, name)
+    return _with_schema_columns(paper.load_result(profile, name))
+
+
+def _partial_dir(profile, name: str) -> Path:
+    """<results>/<name>.partial/: the finished batches of grid `name` while it is collected in one process."""
+    return paper.results_dir(profile) / f"{name}.partial"
+
+
+def _remove_partial(profile, name: str) -> None:
+    """Remove grid `name`'s partial directory (its frame is stored); a link there is removed, never followed."""
+    import shutil
+
+    d = _partial_dir(profile, name)
+    if d.is_symlink():
+        d.unlink()
+    elif d.exists():
+        shutil.rmtree(d)
+
+
+def _with_schema_columns(df: pd.DataFrame | None) -> pd.DataFrame | None:
+    """A stored grid written before resumed_from existed, with it (blank: one process decoded it all)."""
+    if df is not None and "resumed_from" not in df.columns and "wall_rank" in df.columns:
+        df.insert(df.columns.get_loc("wall_rank") + 1, "resumed_from", float("nan"))
+    return df
 
 
 def _refine(profile, backbone, head, name: str, n_prompts, progress: bool) -> None:
