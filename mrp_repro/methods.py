@@ -26,7 +26,10 @@ A Method (frozen):
 The declarations below reproduce today's grids: the settings of the methods with "modes_runs" in `runs` are
 measure.runs.settings_for(profile, head) and those with "controls_runs" report.grids.control_settings(profile, head)
 (tests/test_methods.py checks both, setting for setting); the peers add spiffy, spiffy-dynamic and wino, and name
-the no-head drafter speculative(K, naive) as the SSD / FreeDave chain. report/ does not read this registry yet.
+the no-head drafter speculative(K, naive) as the SSD / FreeDave chain. peers_runs (report.peers) is decoded from
+this registry: every method with "peers_runs" in `runs` (the peers, and static, dynamic, MRP speculative and
+remasking beside them, with the SSD / FreeDave chain), each lossless method's reference, and PeerStatic, the peer
+family's static(1) (measure.runs.collect_runs takes one static per algorithm as its identical_to_static reference).
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from typing import Any
 
 from mrp_repro.decoding.engine import Dynamic, Policy, Static
 
-__all__ = ["Method", "Reference", "FAMILIES", "RUNS", "STATIC1", "register", "unregister", "get", "all_methods",
-           "settings", "remask_taus", "calibration_problems", "CONTROL_STEPS", "SPIFFY_DYNAMIC_TAU",
+__all__ = ["Method", "Reference", "PeerStatic", "FAMILIES", "RUNS", "STATIC1", "register", "unregister", "get",
+           "all_methods", "settings", "remask_taus", "calibration_problems", "CONTROL_STEPS", "SPIFFY_DYNAMIC_TAU",
            "CALIBRATION_PROMPTS"]  # fmt: skip
 
 FAMILIES = ("ours", "upstream", "peer")
@@ -68,6 +71,11 @@ class Reference:
     def name(self) -> str:
         return f"static({int(self.value)})" if self.kind == "static" else f"dynamic({self.value})"
 
+    @property
+    def method(self) -> str:
+        """The registered method whose settings the reference is (static, dynamic)."""
+        return self.kind
+
     def policy(self, family: str = "ours"):
         """The reference's policy in `family`'s engine."""
         if family == "upstream":
@@ -81,6 +89,18 @@ class Reference:
 
 
 STATIC1 = Reference("static", 1)
+
+
+class PeerStatic(Static):
+    """static(1) in the peer family (algorithm "peer"): measure.runs.collect_runs compares every row with its
+    algorithm's one static (identical_to_static), so a grid holding peer rows decodes this beside our static(1). The
+    same engine and policy: its tokens and counters are static(1)'s; only its name and algorithm are its own."""
+
+    algorithm = "peer"
+
+    def __init__(self):
+        super().__init__(1)
+        self.name = "peer_static(1)"
 
 
 @dataclass(frozen=True)
@@ -337,23 +357,24 @@ def _declare() -> None:
     from mrp_repro.decoding.upstream import UpstreamStatic
     from mrp_repro.decoding.upstream_remask import UpstreamDynamic
 
-    modes, controls = ("modes_runs",), ("controls_runs",)
+    modes, controls, peers = ("modes_runs",), ("controls_runs",), ("peers_runs",)
     up = lambda f: lambda p, h: f(p, h) if _upstream(p, h) else []  # noqa: E731 (an upstream grid: needs a head)
     R = register
-    R(Method("static", "ours", "static", lambda head: Static(1), lambda p, h: [{}], "static(1)", runs=modes + controls,
-             cite="SDAR low_confidence_static"))  # fmt: skip
+    R(Method("static", "ours", "static", lambda head: Static(1), lambda p, h: [{}], "static(1)",
+             runs=modes + controls + peers, cite="SDAR low_confidence_static"))  # fmt: skip
     R(Method("dynamic", "ours", "dynamic", lambda head, tau: Dynamic(tau),
              lambda p, h: [dict(tau=t) for t in (remask_taus(p) if h is not None else p.decoding.thresholds)],
-             "dynamic(τ)", runs=modes, cite="SDAR low_confidence_dynamic"))  # fmt: skip
+             "dynamic(τ)", runs=modes + peers, cite="SDAR low_confidence_dynamic"))  # fmt: skip
     R(Method("dynamic-frontier", "ours", "dynamic", lambda head, tau: Dynamic(tau), _frontier_grid,
              "dynamic(τ), dense frontier", runs=controls))  # fmt: skip
     R(Method("speculative-oracle", "ours", "speculative", _speculative("oracle"), _spec_grid("oracle"),
              "oracle drafter (ceiling)", STATIC1, runs=modes))  # fmt: skip
     R(Method("speculative-naive", "peer", "speculative", _speculative("naive"), _spec_grid("naive"),
-             "no-head drafter (SSD / FreeDave chain)", STATIC1, runs=modes,
+             "no-head drafter (SSD / FreeDave chain)", STATIC1, runs=modes + peers,
              cite="SSD arXiv 2510.04147; FreeDave arXiv 2510.00294"))  # fmt: skip
     R(Method("speculative-mrp", "ours", "speculative", _speculative("mrp"), _spec_grid("mrp"), "MRP speculative",
-             STATIC1, ("speculative-naive", "speculative-oracle"), runs=modes, cite="METHOD.md §3"))  # fmt: skip
+             STATIC1, ("speculative-naive", "speculative-oracle"), runs=modes + peers,
+             cite="METHOD.md §3"))  # fmt: skip
     R(Method("naive-mtp", "ours", "naive", lambda head, K: NaiveLookahead(K + 1),
              lambda p, h: [dict(K=k) for k in p.decoding.lookahead_k], "naive MTP", runs=modes))  # fmt: skip
     R(Method("direct-untrained", "ours", "direct", _untrained_build,
@@ -370,7 +391,7 @@ def _declare() -> None:
              lambda p, h: [] if h is None else [dict(tau=t) for t in remask_taus(p)], "confidence veto",
              runs=controls))  # fmt: skip
     R(Method("remask", "ours", "remask", _remask_build, _remask_grid, "MRP remasking",
-             controls=("dynamic-frontier", "dynamic", "random-veto", "confidence-veto"), runs=modes,
+             controls=("dynamic-frontier", "dynamic", "random-veto", "confidence-veto"), runs=modes + peers,
              cite="METHOD.md §5"))  # fmt: skip
     # the released code (decoding.upstream*): with "upstream" in decoding.algorithms and a head
     R(Method("upstream-static", "upstream", "static", lambda head: UpstreamStatic(), up(lambda p, h: [{}]),

@@ -41,16 +41,27 @@ RUN_COLUMNS: dict[str, str] = {
     "prompt_index": "the problem's position in the benchmark's evaluation list (0-based)",
     "algorithm": "whose algorithm decoded the row, one of ALGORITHMS: ours (mrp_repro.decoding.engine, mrp_modes) "
     "or upstream (mrp_repro.decoding.upstream: the released code's round, layout, length and counters; "
-    "docs/upstream.md). Rows of the two are never pooled: every setting key includes it",
+    "docs/upstream.md) or peer (a published method of another paper on our engine, verify path and accounting: "
+    "decoding.peers_spiffy, peers_wino; its reference of identical_to_static: peer_static(1), static(1) in that "
+    "family, mrp_repro.methods.PeerStatic). Rows of two algorithms are never pooled: every setting key includes it",
     "mode": "the decoding mode, one of MODES",
     "setting": "the policy's name, unique per decoding setting, e.g. static(1), speculative(3,mrp)",
-    "K": "speculative: draft length; direct: MRP steps (= lookahead K); naive: lookahead K, i.e. tokens "
-    "revealed per forward beyond the backbone's own pick (the policy reveals K + 1). NaN otherwise",
+    "method": "the decoding method the row is about: in a grid decoded from the registry (peers_runs, report.peers) "
+    "and its tables, the method's declaration in mrp_repro.methods (e.g. speculative-mrp, spiffy, wino), blank in "
+    "the grids decoded from measure.runs.settings_for and on peers_runs' peer_static(1) (collect_runs' reference of "
+    "the peer rows, methods.PeerStatic); in the lookahead table naive_mtp (mode naive: K + 1 tokens from one "
+    "forward's uncorrected logits) or mrp (mode direct: K MRP head steps after the backbone's pick)",
+    "K": "speculative: draft length (a draft graph, decoding.peers_spiffy: D, its nodes, the candidate blocks one "
+    "verify holds); direct: MRP steps (= lookahead K); naive: lookahead K, i.e. tokens revealed per forward beyond "
+    "the backbone's own pick (the policy reveals K + 1). NaN otherwise",
     "threshold": "confidence threshold tau of dynamic and remask; NaN otherwise",
-    "rule": "remask rule (tau, delta, loo, sequential, logp-delta; upstream remasking: delta); '' otherwise",
-    "delta": "remask: the threshold delta of the delta rules (ours: delta, logp-delta; upstream: the veto "
-    "|C[p, token]| > delta, decoding.upstream_remask); NaN otherwise",
-    "drafter": "speculative drafter (mrp, oracle, naive); '' otherwise",
+    "rule": "remask rule (tau, delta, loo, sequential, logp-delta; upstream remasking: delta; the WINO peer: wino, "
+    "decoding.peers_wino); '' otherwise",
+    "delta": "remask: the second threshold of the revocation rule: delta of the delta rules (ours: delta, "
+    "logp-delta; upstream: the veto |C[p, token]| > delta, decoding.upstream_remask); wino: τ2, an earlier reveal "
+    "whose shadow (leave-one-out) probability is below it is re-masked; NaN otherwise",
+    "drafter": "speculative drafter (mrp, oracle, naive; a draft graph's kind, decoding.peers_spiffy: calibrated, "
+    "offline on held-out prompts, or chain); '' otherwise",
     "verify": "speculative verify path (the policy's `verify` attribute); '' otherwise",
     "batch_size": "rows decoded together (1: latency regime, else the throughput regime)",
     "correct": "the output scores correct (bool)",
@@ -70,6 +81,10 @@ RUN_COLUMNS: dict[str, str] = {
     "revoked": "remasking: revealed tokens revoked (ours) or proposals vetoed before they were written (upstream: "
     "their num_residual_vetoed, summed over rows)",
     "accept_lengths": "speculative: drafts accepted per round, space-separated (a string: survives CSV)",
+    "extra_rows": "block-rows the row's counted denoising forwards processed beyond one block each "
+    "(decoding.engine.RowStats.extra_rows: a verify of M candidate blocks M - 1, WINO's shadow block 1): what a wide "
+    "forward costs beyond the one denoise_forwards counts; recorded in peers_runs (report.peers), blank in the "
+    "grids that do not record it",
     "wall_s": "the batch's wall seconds split evenly over its rows",
     "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
     "within a rank only: every setting of one prompt is decoded on the same rank (measure.sharded)",
@@ -98,7 +113,7 @@ RUN_COLUMNS: dict[str, str] = {
 }
 
 #: decoding algorithms (the `algorithm` column)
-ALGORITHMS = ("ours", "upstream")
+ALGORITHMS = ("ours", "upstream", "peer")
 
 #: the upstream counter columns and the decoding.upstream.UpstreamCounters value each holds (per row)
 UPSTREAM_COUNTERS = {
@@ -157,8 +172,9 @@ TABLE_COLUMNS: dict[str, str] = {
     "heldout_baseline_kl_step1": "held-out mean KL(B‖A), the uncorrected baseline, on the same slots (nats)",
     "heldout_kl_ratio": "heldout_kl_step1 / heldout_baseline_kl_step1 (below 1: the head beats the baseline)",
     "head_train_s": "the head's training wall seconds (its metrics.json train_time_s)",
-    "family": "the decoding families of the ablation's speculative columns, space-separated: ours (tpf_share_k*) "
-    "and upstream (upstream_tpf_share_k*)",
+    "family": "whose decoding method (mrp_repro.methods.FAMILIES): ours, upstream (the released code) or peer (a "
+    "published method of another paper on our engine); in the ablation tables the families of its speculative "
+    "columns, space-separated: ours (tpf_share_k*) and upstream (upstream_tpf_share_k*)",
     "tpf_share_k3": "TPF of speculative(3, mrp) over that of speculative(3, oracle) on the same prompts (tokens per "
     "denoising forward, pooled); CI: bootstrap over prompts",
     "tpf_share_k5": "TPF of speculative(5, mrp) over that of speculative(5, oracle) on the same prompts (tokens per "
@@ -274,9 +290,18 @@ TABLE_COLUMNS: dict[str, str] = {
     "(the first of report.wallclock.RECORD_ORDER that decodes it, clock_record.md); a table built from another grid "
     "shows the record's numbers, not its own",
     "clock_grids": "every grid that times the decode, the measurement of record first",
+    # ---- the peers table (report.peers)
+    "charged_tpf": "tokens per charged forward: sum of tokens / sum of (denoise_forwards + mrp_forwards x head_cost "
+    "+ extra_rows x row_cost): every method charged its measured head calls and the block-rows of its wide forwards; "
+    "head_cost and row_cost (one extra block-row of a verify, (verify_cost[K] - 1) / (K - 1) at the largest "
+    "speculative K) from the run's cost model at the table's batch size (measure.cost.run_cost_model), named "
+    "under the table; equals weighted_tpf where no forward is wider than one block",
+    "reference": "what the method claims to reproduce token for token (mrp_repro.methods, Method.lossless): "
+    "static(1) or dynamic(τ), decoded in the same grid; blank for a method that claims none",
+    "reference_identical": "fraction in [0, 1] of the row's prompts whose output is token-identical to its "
+    "reference's on the same prompt; blank without a reference. A lossless method below 1 fails its claim: its "
+    "speed columns are blank",
     "passes": "repeated interleaved passes that re-timed the decode (report.wallclock.repeated_passes); 0: none",
-    "method": "lookahead table: naive_mtp (mode naive: K + 1 tokens from one forward's uncorrected logits) or "
-    "mrp (mode direct: K MRP head steps after the backbone's pick)",
     "lookahead_k": "tokens revealed per backbone forward beyond the backbone's own pick (the runs column K of "
     "modes naive and direct; settings naive_mtp(K), direct(K))",
     "paper_benchmark": "the paper benchmark our benchmark stands for (paper.BENCHMARK_MAP): the paper_* values "
@@ -475,6 +500,7 @@ TABLE_AGGREGATES: dict[str, str] = {
     "valid_chain": "percent of the row's prompts with a valid chain (mean x 100); blank for real benchmarks",
     "mrp_forwards": "per prompt mean (decoding tables); speed.csv: total over the benchmark's prompts in one pass",
     "revoked": "per prompt mean: tokens revoked by remasking, 0 off remask",
+    "extra_rows": "per prompt mean",
     "rounds": "speed.csv: total verify rounds over the benchmark's prompts in one pass",
     "tokens": "speed.csv: total generated tokens over the benchmark's prompts in one pass",
     "denoise_forwards": "speed.csv: total over the benchmark's prompts in one pass",

@@ -1,0 +1,310 @@
+"""MRP beside its peers on one engine (issue 37): the methods of mrp_repro.methods held by peers_runs, decoded through
+measure.runs.collect_runs, in one table and one figure.
+
+    from mrp_repro.report import peers
+    out = peers.run(P, bb, head)            # figures/<profile>/peers.{md,tex,csv,png,pdf}; out["table"], out["runs"]
+    runs = peers.peer_runs(P, bb, head)     # report.paper's result "peers_runs": the stored frame, else decoded
+    t = peers.peers_table(runs, head_cost=0.3, row_cost=0.2)
+    fig = peers.plot_peers(t)
+
+The grid (GRID, grid_settings): every registered method whose `runs` names peers_runs, in registration order: static(1),
+dynamic(τ), the SSD / FreeDave chain (the no-head drafter, speculative(K, naive)), MRP speculative(K), MRP remasking,
+the Spiffy draft graph at D = K and 2K over static(1) and over dynamic(0.9), WINO at every remasking τ, and any method
+registered later with runs=("peers_runs",) (a new peer is one declaration: nothing here names a method); then each
+lossless method's reference where no method decodes it (dynamic(0.9) on a profile without τ = 0.9), and
+methods.PeerStatic, the peer family's static(1) that collect_runs compares the peer rows with (identical_to_static;
+its rows stay out of the table). One collect_runs call at the decoding batch size: every setting of a batch is
+decoded back to back, so each wall-clock ratio over static(1) is paired. Two runs columns collect_runs does not
+write are written here: `method` (the declaration each setting comes from) and `extra_rows` (RowStats.extra_rows of
+every decoded row, read off the engine's results through a wrapped backbone, where collect_runs left it blank).
+
+The table (peers_table), per benchmark, method and setting: accuracy with its CI; TPF; weighted_tpf (head calls
+charged head_cost); charged_tpf (and every block-row beyond one in a forward charged row_cost: each method pays its
+measured head calls and wide forwards; costs: the run's cost model, costs()); extra rows and head calls per prompt;
+the reference it claims to reproduce and the share of prompts token-identical to it (a lossless method below 1
+fails its claim: its speed columns are blank, so no speed of it is reported); the wall-clock speedup over static(1),
+paired over prompts, with its CI. run() marks it with report.wallclock.mark_clock: ours' decodes carry the modes
+grid's measurement of record and gate, the peers' read unchecked (no repeated passes time them). The figure
+(plot_peers): accuracy vs charged_tpf, one panel per benchmark, one marker and colour per method (its series label),
+its settings joined in TPF order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from mrp_repro import methods
+from mrp_repro.measure import stats
+from mrp_repro.measure.cost import weighted_denoise_forwards
+from mrp_repro.measure.schema import require
+from mrp_repro.report.plots_base import (
+    LABELS,
+    _colors,
+    _legend_below,
+    _need,
+    _unique,
+    _yerr,
+    nest_coincident_markers,
+    set_theme,
+)
+
+__all__ = ["GRID", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode", "peer_runs",
+           "costs", "peers_table", "plot_peers", "run"]  # fmt: skip
+
+#: the grid frame (report.paper's result name, methods.RUNS) and the names of the table and figure
+GRID = "peers_runs"
+TABLE = FIGURE = "peers"
+#: the peers table's columns (run() adds clock_gate and clock_record)
+PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "n", "accuracy", "accuracy_lo",
+                 "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards", "reference",
+                 "reference_identical", "throughput_speedup", "throughput_speedup_lo",
+                 "throughput_speedup_hi"]  # fmt: skip
+#: the columns blanked on a lossless method that fails its reference
+_SPEED = ["tpf", "weighted_tpf", "charged_tpf", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi"]
+#: one marker per method, in registration order (a colour each too: plots_base's palette)
+_MARKERS = ("s", "o", "D", "^", "v", "P", "X", "<", ">", "h", "*", "p")
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+def grid_methods(profile, head=None) -> list[str]:
+    """The methods peers_runs holds on `profile` (those of GRID with a setting here, and the references the lossless
+    ones need), without building a policy (nothing is calibrated): what a stored frame must hold."""
+    out = [m.name for m in methods.all_methods(runs=GRID) if m.grid(profile, head)]
+    refs = [m.lossless.method for m in methods.all_methods(runs=GRID) if m.name in out and m.lossless is not None]
+    return list(dict.fromkeys(out + refs))
+
+
+def grid_settings(profile, head, backbone) -> list[tuple[str, str, object]]:
+    """(method, mode, policy) of every setting peers_runs decodes (module docstring), the reference policies and
+    methods.PeerStatic included (its method ''). A setting two methods would decode (the same policy name) is the
+    first one's; a draft graph whose calibration kept fewer than D nodes names the graph it is, so two D may give
+    one setting, decoded once."""
+    out: dict[str, tuple[str, str, object]] = {}
+    for m in methods.all_methods(runs=GRID):
+        for pol in m.policies(profile, head, backbone):
+            out.setdefault(pol.name, (m.name, m.mode, pol))
+    for m in methods.all_methods(runs=GRID):
+        ref = m.lossless
+        if ref is not None and any(meth == m.name for meth, _, _ in out.values()):
+            pol = ref.policy()
+            out.setdefault(pol.name, (ref.method, ref.kind, pol))
+    if any(getattr(p, "algorithm", "ours") == "peer" for _, _, p in out.values()):
+        pol = methods.PeerStatic()
+        out.setdefault(pol.name, ("", "static", pol))
+    return list(out.values())
+
+
+class _Recorder:
+    """The backbone, recording every decoded row's RowStats.extra_rows under (setting, prompt ids), in decoding order:
+    collect_runs decodes through it as through the backbone (every other attribute is the backbone's)."""
+
+    def __init__(self, backbone):
+        self._backbone = backbone
+        self.extra: dict[tuple, list[int]] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._backbone, name)
+
+    def generate(self, prompts, policy, max_new_tokens, **options):
+        res = self._backbone.generate(prompts, policy, max_new_tokens, **options)
+        for p, s in zip(prompts, res.stats, strict=True):
+            self.extra.setdefault((policy.name, tuple(p)), []).append(int(getattr(s, "extra_rows", 0)))
+        return res
+
+
+def decode(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
+           batch_size: int | None = None, max_new_tokens: int | None = None,
+           progress: bool = False) -> pd.DataFrame:  # fmt: skip
+    """The peers grid decoded now (measure.runs.collect_runs as it is), with the columns method and extra_rows."""
+    from mrp_repro.backbone import encode_prompts
+    from mrp_repro.measure.runs import collect_runs, eval_problems
+
+    spec = grid_settings(profile, head, backbone)
+    rec = _Recorder(backbone)
+    runs = collect_runs(profile, rec, head, n_prompts, benchmarks, [(mode, pol) for _, mode, pol in spec], batch_size,
+                        max_new_tokens, progress)  # fmt: skip
+    runs["method"] = runs["setting"].map({pol.name: meth for meth, _, pol in spec})
+    extra = runs["extra_rows"].astype(float)
+    for bench in dict.fromkeys(runs["benchmark"]):
+        prompts = encode_prompts(backbone, eval_problems(profile, bench, n_prompts))
+        rows = runs[(runs["benchmark"] == bench) & extra.isna()].sort_values(["setting", "prompt_index"], kind="stable")
+        for i, setting, j in zip(rows.index, rows["setting"], rows["prompt_index"], strict=True):
+            got = rec.extra.get((setting, tuple(prompts[int(j)])))
+            if not got:
+                raise RuntimeError(f"peers: no decoded row of {setting} on {bench} prompt {j} was recorded")
+            extra[i] = got.pop(0)  # identical prompts of one setting: decoded in prompt order
+    runs["extra_rows"] = extra.astype(int)
+    return runs
+
+
+def _fits(runs: pd.DataFrame, profile, head, n_prompts) -> bool:
+    """Whether a stored peers_runs frame is the grid asked for: its methods, benchmarks, prompts and batch size."""
+    from mrp_repro.measure.runs import eval_problems
+
+    if "method" not in runs or "extra_rows" not in runs or runs["extra_rows"].isna().any():
+        return False
+    if set(runs["method"].fillna("").astype(str)) - {""} != set(grid_methods(profile, head)):
+        return False
+    benches = list(profile.evaluation.benchmarks)
+    if set(runs["benchmark"]) != set(benches) or set(runs["batch_size"]) != {profile.decoding.batch_size}:
+        return False
+    return all(runs.loc[runs["benchmark"] == b, "prompt_index"].nunique() == len(eval_problems(profile, b, n_prompts))
+               for b in benches)  # fmt: skip
+
+
+def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: bool = False) -> pd.DataFrame:
+    """report.paper's stored result peers_runs when it is this grid (its methods: grid_methods, every benchmark, the
+    prompts n_prompts gives, the decoding batch size), else decoded now (decode) and stored."""
+    from mrp_repro.report import paper
+
+    stored = paper.load_result(profile, GRID)
+    if stored is not None and _fits(stored, profile, head, n_prompts):
+        return stored
+    paper.save_result(profile, GRID, decode(profile, backbone, head, n_prompts, progress=progress))
+    return paper.load_result(profile, GRID)
+
+
+def costs(profile, backbone, head, batch_size: int | None = None) -> dict:
+    """{head_cost, row_cost, source} from the run's cost model at `batch_size` (default decoding.batch_size;
+    measure.cost.run_cost_model, stored and reused): a head call and one extra block-row of a verify, each in
+    backbone forwards; row_cost = (verify_cost[K] - 1) / (K - 1) at the largest speculative K >= 2 (1 where the cost
+    model has none: every extra row a forward)."""
+    from mrp_repro.measure.cost import run_cost_model
+
+    cm = run_cost_model(profile, backbone, head, batch=batch_size or profile.decoding.batch_size)
+    Ks = [k for k in cm["verify_cost"] if int(k) >= 2]
+    K = max(Ks, default=None)
+    row = max(0.0, (cm["verify_cost"][K] - 1) / (int(K) - 1)) if K is not None else 1.0
+    return {"head_cost": cm["head_cost"], "row_cost": row, "source": cm.get("source", ""), "K": K}
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def peers_table(runs: pd.DataFrame, head_cost: float = math.nan, row_cost: float = 1.0, n_boot: int = 1000,
+                ci: float = 0.95, seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """One row per benchmark, method and setting of a peers_runs frame, in grid order (module docstring; columns
+    PEERS_COLUMNS). head_cost: a head call in backbone forwards (NaN: uncharged, as weighted_tpf); row_cost: one
+    block-row beyond one in a forward."""
+    what = "peers_table"
+    require(runs, ["model", "benchmark", "method", "algorithm", "setting", "problem_id", "correct", "text", "tokens",
+                   "wall_s", "denoise_forwards", "mrp_forwards", "extra_rows"], what)  # fmt: skip
+    r = runs[runs["method"].fillna("").astype(str) != ""]
+    if r.empty:
+        raise ValueError(f"{what}: no rows of a declared method (column method); decode them with peers.decode")
+    r = r.assign(_den=weighted_denoise_forwards(r, head_cost),
+                 _charged=weighted_denoise_forwards(r, head_cost) + row_cost * r["extra_rows"].astype(float))
+    rows = []
+    for (model, bench, meth, algo, setting), g in r.groupby(["model", "benchmark", "method", "algorithm", "setting"],
+                                                            sort=False):  # fmt: skip
+        if g["problem_id"].duplicated().any():
+            raise ValueError(f"{what}: {setting} on {bench} holds a prompt twice (several batch sizes?)")
+        m = methods.get(meth)
+        g = g.set_index("problem_id")
+        row = {"model": model, "benchmark": bench, "method": meth, "family": m.family, "algorithm": algo,
+               "setting": setting, "n": len(g)}  # fmt: skip
+        row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = stats.mean_ci(g["correct"].astype(float), n_boot,
+                                                                                ci, seed)  # fmt: skip
+        den = g["denoise_forwards"].sum()
+        row["tpf"] = g["tokens"].sum() / den if den > 0 else math.nan
+        row["weighted_tpf"] = g["tokens"].sum() / g["_den"].sum() if g["_den"].sum() > 0 else math.nan
+        row["charged_tpf"] = g["tokens"].sum() / g["_charged"].sum() if g["_charged"].sum() > 0 else math.nan
+        row["extra_rows"] = g["extra_rows"].astype(float).mean()
+        row["mrp_forwards"] = g["mrp_forwards"].astype(float).mean()
+        row["reference"], row["reference_identical"] = "", math.nan
+        if m.lossless is not None:
+            row["reference"] = m.lossless.name
+            ref = _setting_rows(r, model, bench, m.lossless.policy().name)
+            ids = g.index.intersection(ref.index)
+            if len(ids):
+                same = g.loc[ids, "text"].fillna("").astype(str) == ref.loc[ids, "text"].fillna("").astype(str)
+                row["reference_identical"] = float(same.mean())
+        static = _setting_rows(r, model, bench, "static(1)")
+        ids = g.index.intersection(static.index)
+        sp = (stats.ratio_ci(g.loc[ids, "tokens"], g.loc[ids, "wall_s"], static.loc[ids, "tokens"],
+                             static.loc[ids, "wall_s"], n_boot, ci, seed) if len(ids) else (math.nan,) * 3)  # fmt: skip
+        row["throughput_speedup"], row["throughput_speedup_lo"], row["throughput_speedup_hi"] = sp
+        if m.lossless is not None and not row["reference_identical"] == 1.0:
+            row.update({c: math.nan for c in _SPEED})  # fails (or was not checked against) what it claims
+        rows.append(row)
+    return pd.DataFrame(rows, columns=PEERS_COLUMNS)
+
+
+def _setting_rows(runs: pd.DataFrame, model, bench, setting: str) -> pd.DataFrame:
+    """Our rows of `setting` on (model, bench), indexed by problem_id (empty when the grid lacks it)."""
+    g = runs[(runs["model"] == model) & (runs["benchmark"] == bench) & (runs["algorithm"] == "ours")
+             & (runs["setting"] == setting)]  # fmt: skip
+    return g.set_index("problem_id")
+
+
+# ----------------------------------------------------------------------------- the figure
+
+
+def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
+    """Accuracy (CI) vs `x` (default charged_tpf: every method charged its head calls and wide forwards) per
+    benchmark, one marker and colour per method (its declared series and family), its settings joined in x order;
+    a setting whose speed is blank (a lossless method that fails its reference) is not drawn; a point on an earlier
+    method's is drawn hollow and larger (plots_base.nest_coincident_markers: the chain and a graph often coincide)."""
+    what = "plot_peers"
+    _need(table, ["benchmark", "method", "family", "setting", "accuracy", "accuracy_lo", "accuracy_hi", x], what)
+    _unique(table, ["benchmark", "method", "setting"], what)
+    set_theme()
+    benches = list(dict.fromkeys(table["benchmark"]))
+    names = list(dict.fromkeys(table["method"]))
+    colors = dict(zip(names, _colors(len(names)), strict=True))
+    marker = {n: _MARKERS[i % len(_MARKERS)] for i, n in enumerate(names)}
+    fig, axes = plt.subplots(1, len(benches), figsize=(5.2 * len(benches), 4.0), squeeze=False)
+    for ax, b in zip(axes[0], benches, strict=True):
+        g = table[(table["benchmark"] == b) & table[x].notna()]
+        for n in names:
+            h = g[g["method"] == n].sort_values(x)
+            if h.empty:
+                continue
+            m = methods.get(n)
+            peer = m.family == "peer"
+            ax.errorbar(h[x], h["accuracy"], yerr=_yerr(h, "accuracy"), color=colors[n], marker=marker[n], ms=7,
+                        mfc="white" if peer else colors[n], mew=1.6, capsize=2, lw=1.4, ls="--" if peer else "-",
+                        label=f"{m.series} [{m.family}]")  # fmt: skip
+        ax.set_title(b)
+        ax.set_xlabel({"charged_tpf": "tokens per charged forward (head calls and extra block-rows charged)",
+                       "tpf": "tokens per denoising forward"}.get(x, x), fontsize=9)  # fmt: skip
+        ax.set_ylabel(LABELS["accuracy"])
+    _legend_below(fig, axes[0], ncol=3)
+    for ax in axes[0]:  # after the legend: its keys keep each method's marker; a point on another's nests
+        nest_coincident_markers(ax)
+    return fig
+
+
+# ----------------------------------------------------------------------------- the notebook's call
+
+
+def run(profile, backbone, head, n_prompts: int | None = None, out=None, progress: bool = False) -> dict:
+    """The peers grid (peer_runs), its table marked with the wall-clock gate and the figure, saved as TABLE and
+    FIGURE under `out` (default figures/<profile>/). -> {"runs", "table", "costs", "paths"}."""
+    from mrp_repro.report import paper, tables, wallclock
+    from mrp_repro.report.plots_base import save_figure
+
+    ev = profile.evaluation
+    boot = dict(n_boot=ev.bootstrap_samples, ci=ev.ci)
+    runs = peer_runs(profile, backbone, head, n_prompts, progress)
+    c = costs(profile, backbone, head)
+    t = peers_table(runs, c["head_cost"], c["row_cost"], **boot)
+    t = wallclock.mark_clock(t, GRID, wallclock.record_of(paper.load_results(profile), **boot), runs=runs)
+    figs = tables.out_dir(out if out is not None else profile)
+    hc = "uncharged (no head)" if math.isnan(c["head_cost"]) else f"{c['head_cost']:.3f}"
+    note = (f"Every method on the same engine, prompts and batch size ({GRID}: one grid, each batch's settings "
+            f"decoded back to back). charged_tpf charges a head call {hc} forwards and an extra block-row "
+            f"{c['row_cost']:.3f} forwards (the run's cost model at batch {profile.decoding.batch_size}; row_cost from "
+            f"the K = {c['K']} verify). A lossless method's speed is reported only where every output equals its "
+            "reference's (reference_identical 1); the peers' wall clock is unchecked (no repeated passes).")
+    paths = tables.save_table(t, figs, TABLE, digits=2, note=note)
+    fig = plot_peers(t)
+    paths += save_figure(fig, figs, FIGURE)
+    plt.close(fig)
+    return {"runs": runs, "table": t, "costs": c, "paths": paths}

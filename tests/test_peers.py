@@ -1,0 +1,135 @@
+"""report.peers: MRP beside its peers in one grid of mrp_repro.methods, through measure.runs.collect_runs; the table
+charges extra rows and head calls, reports no speed of a lossless method that fails its reference, and a method
+added by one declaration (methods.register) is decoded, tabulated and drawn with report/ untouched.
+
+    OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/test_peers.py
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mrp_repro import methods  # noqa: E402
+from mrp_repro.report import peers, plots_base  # noqa: E402
+
+#: a small grid: one benchmark, three prompts, short answers (the smoke profile's settings)
+SMALL = dict(n_prompts=3, benchmarks=["synth-code"], max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def models(smoke_profile):
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.stages import random_backbone
+
+    bb = random_backbone(smoke_profile, std=0.5)  # outputs that differ between settings
+    head = MRPHead(bb.model.config, num_layers=1).init_weights("normal", 0.3, generator=torch.Generator().manual_seed(0))
+    return bb, head.eval()
+
+
+@pytest.fixture(scope="module")
+def runs(smoke_profile, models):
+    return peers.decode(smoke_profile, *models, **SMALL)
+
+
+def test_the_grid_holds_every_declared_method_and_records_extra_rows(smoke_profile, models, runs):
+    bb, head = models
+    want = peers.grid_methods(smoke_profile, head)
+    assert set(want) >= {"static", "dynamic", "speculative-naive", "speculative-mrp", "remask", "spiffy",
+                         "spiffy-dynamic", "wino"}  # fmt: skip
+    method = runs["method"].fillna("")
+    assert set(method) - {""} == set(want) and set(runs.loc[method == "", "setting"]) == {"peer_static(1)"}
+    assert set(runs["algorithm"]) == {"ours", "peer"}
+    # the peer family's static is static(1), token for token: collect_runs' reference of identical_to_static
+    s, ps = (runs[runs["setting"] == n].set_index("problem_id")["text"] for n in ("static(1)", "peer_static(1)"))
+    assert (s == ps.loc[s.index]).all() and runs.loc[runs["algorithm"] == "peer", "identical_to_static"].any()
+    by = runs.groupby("method")[["extra_rows", "denoise_forwards"]].sum()
+    assert (by.loc[["static", "dynamic", "remask"], "extra_rows"] == 0).all()
+    assert (by.loc[["speculative-naive", "speculative-mrp", "spiffy", "spiffy-dynamic"], "extra_rows"] > 0).all()
+    assert by.loc["wino", "extra_rows"] == by.loc["wino", "denoise_forwards"]  # its shadow block: one row a forward
+    # the graph of D = 2K verifies more rows a round than the chain's K
+    spiffy = runs[runs["method"] == "spiffy"].groupby("K")["extra_rows"].sum()
+    assert spiffy.index.min() == 3 and spiffy.iloc[-1] > spiffy.iloc[0]
+    assert (runs.loc[runs["setting"] == "dynamic(0.9)", "method"] == "dynamic").all()  # spiffy-dynamic's reference
+
+
+def test_the_table_charges_rows_and_reports_no_speed_of_a_failed_lossless_method(runs):
+    t = peers.peers_table(runs, head_cost=0.5, row_cost=0.25, n_boot=20).set_index("setting")
+    assert list(t.columns) == [c for c in peers.PEERS_COLUMNS if c != "setting"]
+    assert "peer_static(1)" not in t.index
+    lossless = t[t["reference"] != ""]
+    assert set(lossless["method"]) == {"speculative-naive", "speculative-mrp", "spiffy", "spiffy-dynamic"}
+    assert (lossless["reference_identical"] == 1.0).all() and lossless["throughput_speedup"].notna().all()
+    assert t.loc["static(1)", "throughput_speedup"] == pytest.approx(1.0)
+    for name, r in t.iterrows():  # tokens over forwards + head calls x 0.5 + extra rows x 0.25, pooled
+        g = runs[runs["setting"] == name]
+        den = g["denoise_forwards"] + 0.5 * g["mrp_forwards"] + 0.25 * g["extra_rows"]
+        assert r["charged_tpf"] == pytest.approx(g["tokens"].sum() / den.sum()), name
+        assert r["charged_tpf"] <= r["weighted_tpf"] <= r["tpf"] + 1e-12, name
+    # one output of the graph changed: it no longer reproduces static(1), so no speed of it is reported
+    bad = runs.copy()
+    i = bad.index[bad["setting"] == "spiffy(3)"][0]
+    bad.loc[i, "text"] = str(bad.loc[i, "text"]) + "x"
+    b = peers.peers_table(bad, head_cost=0.5, row_cost=0.25, n_boot=20).set_index("setting")
+    assert b.loc["spiffy(3)", "reference_identical"] == pytest.approx(2 / 3)
+    assert all(math.isnan(b.loc["spiffy(3)", c]) for c in ("tpf", "charged_tpf", "throughput_speedup"))
+    assert not math.isnan(b.loc["spiffy(3)", "accuracy"])
+
+
+def test_a_toy_method_is_found_in_the_grid_table_and_figure(smoke_profile, models):
+    """Two declarations, nothing else: a lossy toy (naive lookahead) and a lossless one whose reference, dynamic(0.7),
+    no other method decodes on smoke (the grid adds it)."""
+    from mrp_repro.decoding import Dynamic, NaiveLookahead
+    from mrp_repro.decoding.peers_spiffy import DraftGraph, Spiffy
+
+    lossy = methods.Method("toy-lookahead", "peer", "naive", lambda head, k: NaiveLookahead(k),
+                           lambda p, h: [dict(k=2)], "toy: naive lookahead")  # fmt: skip
+    chain = methods.Method("toy-chain", "peer", "speculative",
+                           lambda head, D: Spiffy(DraftGraph.chain(D, "dynamic(0.7)"), Dynamic(0.7)),
+                           lambda p, h: [dict(D=2)], "toy: chain over dynamic(0.7)", methods.Reference("dynamic", 0.7),
+                           ("dynamic",))  # fmt: skip
+    for m in (lossy, chain):
+        methods.register(m)
+    try:
+        assert {"toy-lookahead", "toy-chain"} <= set(peers.grid_methods(smoke_profile, models[1]))
+        runs = peers.decode(smoke_profile, *models, **SMALL)
+        t = peers.peers_table(runs, head_cost=0.5, row_cost=0.25, n_boot=20)
+        toy = t.set_index("method").loc[["toy-lookahead", "toy-chain"]]
+        assert list(toy["setting"]) == ["naive_mtp(1)", "spiffy(2,chain,dynamic(0.7))"]
+        assert list(toy["reference"]) == ["", "dynamic(0.7)"] and toy["reference_identical"].iloc[1] == 1.0
+        assert toy["charged_tpf"].notna().all() and set(toy["family"]) == {"peer"}
+        assert (runs.loc[runs["setting"] == "dynamic(0.7)", "method"] == "dynamic").all()
+        fig = peers.plot_peers(t)
+        points = plots_base.legend_points(fig)
+        assert points["toy: naive lookahead [peer]"] == 1 and points["toy: chain over dynamic(0.7) [peer]"] == 1
+        assert all(n > 0 for n in points.values()) and not plots_base.hidden_markers(fig), points
+        plt.close(fig)
+    finally:
+        for m in (lossy, chain):
+            methods.unregister(m.name)
+
+
+def test_run_stores_the_grid_and_writes_the_table_and_figure(smoke_profile, models, tmp_runs, monkeypatch):
+    """run(): peers_runs stored in report.paper's results and reused, the table with its clock gate (the peers
+    unchecked), the figure; every column defined (tables.save_table)."""
+    import pandas as pd
+
+    P = smoke_profile.replace({"evaluation.n_prompts": 2, "decoding.max_new_tokens": 8})
+    out = peers.run(P, *models)
+    figs = tmp_runs.parent / "figures" / P.name
+    for ext in ("md", "csv", "png", "pdf"):
+        assert (figs / f"peers.{ext}").stat().st_size > 0
+    t = pd.read_csv(figs / "peers.csv", keep_default_na=False, na_values=[""])
+    assert {"clock_gate", "clock_record"} <= set(t.columns) and set(t["benchmark"]) == {"synth-math", "synth-code"}
+    assert t.loc[t["algorithm"] == "peer", "clock_gate"].str.startswith("unchecked").all()
+    assert out["costs"]["row_cost"] >= 0 and "row_cost" not in t.columns
+    monkeypatch.setattr(peers, "decode", lambda *a, **k: pytest.fail("the stored grid is decoded again"))
+    again = peers.peer_runs(P, *models)
+    assert len(again) == len(out["runs"]) and set(again["method"].fillna("")) == set(out["runs"]["method"].fillna(""))
