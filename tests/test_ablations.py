@@ -88,6 +88,7 @@ def test_axes_vary_one_setting_around_the_profiles_own_head(smoke_profile):
         "k2", {"mrp.pretrained": "org/head@abc", "mrp.k_steps": 2})
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): keeps make test within its 12 minutes on 2 cores
 def test_ablations_on_smoke_train_each_head_once_and_measure_every_variant(smoke_profile, tmp_runs):
     """The whole pipeline: five axes at tiny step counts; every metric of a variant equals a plain computation
     over its cached runs; a second run trains and decodes nothing."""

@@ -76,6 +76,7 @@ def test_two_ranks_merge_to_the_single_process_frame_and_resume_redoes_only_bad_
     )
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): keeps make test within its 12 minutes on 2 cores
 @pytest.mark.parametrize("hard", [False, True], ids=["error", "killed"])
 def test_a_dead_rank_fails_the_launch_naming_it_and_nothing_is_merged(tmp_path, reference_csv, hard):
     extra = ["--die-rank", "1", "--die-after", "1"] + (["--hard"] if hard else [])

@@ -41,7 +41,8 @@ def test_the_mark_is_dynamo_s_mark_static_address():
         assert x._dynamo_static_input_type == t._dynamo_static_input_type == "unguarded"
 
 
-@pytest.mark.parametrize("static_cache", [True, False], ids=["static cache", "growing cache"])
+@pytest.mark.parametrize("static_cache", [True, pytest.param(False, marks=pytest.mark.slow)],  # growing: make test-slow
+                         ids=["static cache", "growing cache"])
 @torch.no_grad()
 def test_a_replay_copies_no_cache(static_cache, capsys):
     m, h = random_backbone(0, torch.float32), random_head(1, torch.float32)

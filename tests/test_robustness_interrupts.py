@@ -272,6 +272,7 @@ def backbone_runs(tmp_path_factory):
     return d / "runs", prof
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): keeps make test within its 12 minutes on 2 cores
 @needs_mount
 def test_a_full_disk_during_trajectory_collection_is_one_line_and_the_rerun_is_identical(tmp_path, backbone_runs):
     runs, prof = backbone_runs
@@ -294,6 +295,7 @@ def test_a_full_disk_during_trajectory_collection_is_one_line_and_the_rerun_is_i
     assert want and {k[2:]: v for k, v in sums.items() if k.endswith(".parquet")} == want  # the same bytes
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): keeps make test within its 12 minutes on 2 cores
 @needs_mount
 def test_a_full_disk_during_head_training_names_the_disk_not_torch(tmp_path, backbone_runs):
     """The head stage, its trajectories collected, on a disk with 16 KiB left: training's first checkpoint (ckpt.pt,

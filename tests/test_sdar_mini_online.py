@@ -29,6 +29,7 @@ def mini_backbone(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): keeps make test within its 12 minutes on 2 cores
 def test_online_training_on_sdar_mini_beats_the_uncorrected_baseline(mini_backbone):
     p, bb, root = mini_backbone
     assert bb.model.config.vocab_size == 151_936 and bb.mask_id == 151669  # the real SDAR vocabulary

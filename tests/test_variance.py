@@ -110,6 +110,7 @@ def test_an_across_seeds_verdict_attaches_only_to_the_same_declared_test(tmp_pat
     assert pd.read_csv(tmp_path / "claims.csv", keep_default_na=False).loc[0, "robust"] == ""
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): keeps make test within its 12 minutes on 2 cores
 def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs, monkeypatch):
     from mrp_repro import stages
 
