@@ -578,6 +578,15 @@ def test_speedup_figure_draws_each_control_beside_mrp(tmp_path):
     assert float(got["throughput_speedup"].iloc[0]) == pytest.approx(want)
     assert all(n > 0 for n in plots.legend_points(fig).values())
     _save(fig, tmp_path, "speedup_controls")
+    # with the record of each decode, a control whose clock gate did not pass is marked like MRP's bars
+    from mrp_repro.report import wallclock
+
+    record = wallclock.record_table({"speculative_runs": one, "modes_runs": many}, None, n_boot=0)
+    gated = plots.speedup_controls(one, many, n_boot=10, record=record)
+    assert gated["clock_gate"].str.startswith("unchecked").all() and len(gated) == len(ctl)
+    fig = plots.plot_speedup(spec.assign(clock_gate="passed"), None, gated)
+    marks = [c for ax in fig.axes for c in ax.collections if c.get_label() == plots.GATED_LABEL]
+    assert sum(len(c.get_offsets()) for c in marks) == len(gated[gated["batch_size"].isin([1, 32])])
 
 
 def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_path, runs):

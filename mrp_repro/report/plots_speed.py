@@ -208,11 +208,13 @@ _SPEC_CONTROL = "speculative K={k}, " + _NO_HEAD + " (no-MRP control)"
 _DIRECT_CONTROL = "naive MTP K={k} (no-MRP control of direct step {k}: no head)"
 
 
-def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float = 0.95) -> pd.DataFrame:
+def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: float = 0.95,
+                     record: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """The no-MRP controls' wall-clock speedups over our static(1), one table for plot_speedup(controls=...): the
     no-head drafter speculative(K, naive) at every K, and naive_mtp(K) (direct(K) without a head) at the direct
     steps, per runs frame (each one batch size: a frame at a batch size an earlier one gave adds nothing), tagged
-    with column batch_size and series."""
+    with column batch_size and series. With `record` (report.wallclock.record_table) each row carries its decode's
+    clock_gate, which plot_speedup marks as it marks MRP's bars."""
     from mrp_repro.measure import stats
     from mrp_repro.report.paper import speculative_table
 
@@ -229,8 +231,12 @@ def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: 
         ours = r[r["algorithm"] == "ours"]
         if ((ours["mode"] == "speculative") & (ours["drafter"] == CONTROL_DRAFTER)).any():
             t = speculative_table(ours, drafter=CONTROL_DRAFTER, n_boot=n_boot, ci=ci)
+            spec = ours[(ours["mode"] == "speculative") & (ours["drafter"] == CONTROL_DRAFTER)]
+            name = spec.drop_duplicates(["benchmark", "K"]).set_index(["benchmark", "K"])["setting"]
             parts.append(t.assign(batch_size=bs[0], series=[_SPEC_CONTROL.format(k=int(k)) for k in t["K"]],
-                                  paper_throughput_speedup=math.nan))  # fmt: skip
+                                  paper_throughput_speedup=math.nan,
+                                  setting=[name.get((b, float(k)), "") for b, k in zip(t["benchmark"], t["K"],
+                                                                                        strict=True)]))  # fmt: skip
         rows = []
         for (model, bench), g in ours.groupby(["model", "benchmark"], sort=False):
             st = g[g["mode"] == "static"].set_index("problem_id")
@@ -242,6 +248,7 @@ def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: 
                 x, lo, hi = stats.ratio_ci(nv.loc[ids, "tokens"], nv.loc[ids, "wall_s"], st.loc[ids, "tokens"],
                                            st.loc[ids, "wall_s"], n_boot, ci)  # fmt: skip
                 rows.append(dict(model=model, benchmark=bench, batch_size=bs[0], series=_DIRECT_CONTROL.format(k=k),
+                                 setting=str(nv["setting"].iloc[0]),
                                  throughput_speedup=x, throughput_speedup_lo=lo, throughput_speedup_hi=hi,
                                  paper_throughput_speedup=math.nan,
                                  paper_model=str(g["paper_model"].iloc[0]) if "paper_model" in g else ""))
@@ -249,7 +256,14 @@ def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: 
             parts.append(pd.DataFrame(rows))
     cols = ["benchmark", "batch_size", "series", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup", "paper_model"]  # fmt: skip
-    return pd.concat([p[cols] for p in parts], ignore_index=True) if parts else pd.DataFrame(columns=cols)
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    out = pd.concat([p[cols + ["setting"]] for p in parts], ignore_index=True)
+    if record is not None:
+        gates = record.set_index(["benchmark", "algorithm", "setting", "batch_size"])["clock_gate"]
+        out["clock_gate"] = [gates.get((b, "ours", s, int(bs)), "unchecked: no measurement of record")
+                             for b, s, bs in zip(out["benchmark"], out["setting"], out["batch_size"], strict=True)]
+    return out.drop(columns="setting")
 
 
 def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, controls: pd.DataFrame | None = None):
