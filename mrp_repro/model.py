@@ -750,6 +750,12 @@ def graph_inputs(fn, *args, **kwargs) -> list[dict]:
                                  bytes=_footprint(ex), static=static))  # fmt: skip
         raise _Traced
 
+    code = getattr(fn, "__func__", fn).__code__
+    # dynamo keeps what it compiled or traced on fn's code object, shared by every compile of fn in the process: an
+    # earlier compile_model (another model, another test) can have filled it to the recompile limit or marked the
+    # code to be skipped, and the trace then fails ('found no compiled frames', FailOnRecompileLimitHit). Cleared
+    # before and after: a live compiled model of fn compiles again at its next call (time, not results).
+    torch._dynamo.reset_code(code)
     try:
         torch.compile(fn, backend=backend, dynamic=True, fullgraph=True)(*args, **kwargs)
     except Exception as exc:  # dynamo wraps a backend's exception (BackendCompilerFailed)
@@ -758,6 +764,8 @@ def graph_inputs(fn, *args, **kwargs) -> list[dict]:
             e = getattr(e, "inner_exception", None) or e.__cause__
         if e is None:
             raise
+    finally:
+        torch._dynamo.reset_code(code)  # each traced kind would count against a later compile's recompile limit
     return seen
 
 

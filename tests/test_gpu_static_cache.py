@@ -85,3 +85,21 @@ def test_graph_inputs_runs_nothing_and_refuses_a_graph_break():
 
     with pytest.raises(Exception, match="(?i)graph break|data-dependent|Unsupported"):
         graph_inputs(breaks, torch.ones(3))
+
+
+def _double(x):
+    return x * 2
+
+
+def test_graph_inputs_traces_a_function_an_earlier_compile_exhausted():
+    """dynamo's state lives on the code object: an earlier compile of the same function (another model, another test)
+    that hit the recompile limit leaves the code marked to run eagerly, and a fullgraph trace of it then found 'no
+    compiled frames' (CI's make test-slow, after tests/test_compiled.py). graph_inputs clears it first."""
+    torch._dynamo.reset_code(_double.__code__)
+    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=False):
+        f = torch.compile(_double, dynamic=False)
+        for n in (2, 3, 5):  # the second shape is past the limit: the code is left to run eagerly
+            f(torch.ones(n))
+    ins = graph_inputs(_double, torch.ones(4))
+    assert [i["shape"] for i in ins] == [(4,)] and not ins[0]["static"]
+    assert graph_inputs(_double, torch.ones(6))  # and again: the trace leaves nothing behind either
