@@ -202,6 +202,10 @@ class BackboneTrainingConfig:
     num_threads: int | None = _in(1, MAX_THREADS, default=None)  # null: torch's default
     # block sizes of the training steps, in turn (SDAR: trained with 4, evaluated with 16); empty: block_size
     block_sizes: tuple[int, ...] = _in(1, MAX_BLOCK, default=())
+    # a second phase after `steps` (a warm restart): a fresh AdamW whose rate warms up over warmup_steps to
+    # restart_lr (lr when null) and falls by cosine to min_lr_ratio of it at restart_steps more steps; 0: none
+    restart_steps: int = _in(0, MAX_STEPS, default=0)
+    restart_lr: float | None = _in(0, lo_open=True, default=None)
 
 
 @dataclass(frozen=True)
@@ -619,6 +623,10 @@ def _check_values(p: Profile) -> None:
         bad = [b for b in p.backbone_training.block_sizes if p.block_size % b]
         need(not bad, f"backbone_training.block_sizes {_show(bad)} must divide block_size ({p.block_size}): training "
                       "sequences are laid out in whole blocks of block_size")  # fmt: skip
+        bt = p.backbone_training
+        need(bt.restart_lr is None or bt.restart_steps > 0,
+             "backbone_training.restart_lr is set but restart_steps is 0: no restart reads it (set restart_steps, "
+             "or remove restart_lr)")  # fmt: skip
     train = (p.mrp.train_source,) if isinstance(p.mrp.train_source, str) else p.mrp.train_source
     need(set(train) <= set(p.trajectories.sources), "mrp.train_source must be among trajectories.sources")
     need(  # the online recipe draws its own chains of any length

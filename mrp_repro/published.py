@@ -95,6 +95,16 @@ def record(name: str) -> dict | None:
 # ----------------------------------------------------------------------------- settings
 
 
+def unset_backbone_settings(profile: Profile) -> tuple[str, ...]:
+    """backbone_training settings at their empty defaults: left out of the backbone's key and published settings,
+    so adding a setting keeps the key (and the published record) a backbone trained before it had."""
+    bt = profile.backbone_training
+    unset = ("backbone_training.block_sizes",) if not bt.block_sizes else ()
+    if bt.restart_steps == 0:
+        unset += ("backbone_training.restart_steps", "backbone_training.restart_lr")
+    return unset
+
+
 def backbone_settings(profile: Profile) -> dict[str, Any]:
     """What a scratch backbone depends on: exactly the inputs of stages.backbone_dir's cache key."""
     from mrp_repro.tasks import chain
@@ -105,6 +115,9 @@ def backbone_settings(profile: Profile) -> dict[str, Any]:
     if set(profile.data.tasks) & set(chain.TASKS):  # as in stages.backbone_key: the chain data's version too
         out["chain_generator_version"] = chain.GENERATOR_VERSION
     out.update({s: d[s] for s in ("model", "tokenizer", "data", "backbone_training")})
+    for key in unset_backbone_settings(profile):  # as in stages.backbone_key
+        section, _, name = key.partition(".")
+        out[section].pop(name)
     return out
 
 
@@ -227,6 +240,25 @@ def backbone_dir(profile: Profile) -> Path | None:
     rec = record(profile.name)
     if rec is None or "backbone" not in rec or not _applies(profile, "backbone", rec, backbone_settings(profile)):
         return None
+    return verify_files(profile.name, "backbone", rec)
+
+
+def phase1_backbone_dir(profile: Profile) -> Path:
+    """The published backbone as the first phase of `profile`'s warm restart (backbone_training.restart_steps):
+    its recorded settings must be the profile's with no restart, and every file its recorded sha256."""
+    bt = profile.backbone_training
+    if not bt.restart_steps:
+        raise UserError(f"profile {profile.name} has no warm restart (backbone_training.restart_steps is 0), so no "
+                        "first phase to start from: train it without --phase1-from-published")  # fmt: skip
+    first = profile.replace({"backbone_training.restart_steps": 0, "backbone_training.restart_lr": None})
+    rec = record(profile.name)
+    if rec is None or "backbone" not in rec:
+        raise UserError(f"no published backbone for profile {profile.name} (artifacts/{profile.name}/{MANIFEST}) "
+                        "to start the warm restart from: train without --phase1-from-published")  # fmt: skip
+    diff = settings_differences(rec["backbone"]["settings"], backbone_settings(first))
+    if diff:
+        raise UserError(f"artifacts/{profile.name}: the published backbone is not this profile's first phase "
+                        f"({'; '.join(diff[:4])}): train without --phase1-from-published")  # fmt: skip
     return verify_files(profile.name, "backbone", rec)
 
 

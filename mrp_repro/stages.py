@@ -92,7 +92,7 @@ def backbone_key(profile: Profile) -> str:
     from mrp_repro.tasks.synthetic import GENERATOR_VERSION
 
     # a setting at its empty default leaves the key it had before the setting existed (tiny's cached backbones)
-    unset = ("backbone_training.block_sizes",) if not profile.backbone_training.block_sizes else ()
+    unset = published.unset_backbone_settings(profile)
     text = f"{profile.section_hash(*BACKBONE_SECTIONS, exclude=unset)}:synthetic-v{GENERATOR_VERSION}"
     if set(profile.data.tasks) & set(chain.TASKS):
         text += f":chain-v{chain.GENERATOR_VERSION}"
@@ -489,6 +489,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="head: reuse a head recorded for another backbone fingerprint (normally refused)",
     )
+    ap.add_argument(
+        "--phase1-from-published",
+        action="store_true",
+        help="backbone with backbone_training.restart_steps: start the restart from the published backbone, "
+        "checked to be this profile's first phase, instead of retraining it",
+    )
     args = ap.parse_args(argv)
     profile = load_profile(args.profile)
     progress = not args.no_progress
@@ -509,7 +515,9 @@ def main(argv: list[str] | None = None) -> None:
         from mrp_repro.training.backbone import train_backbone
 
         out = backbone_dir(profile)  # train_backbone resumes, or returns a finished run's metrics at once
-        print(json.dumps({"out_dir": str(out), **train_backbone(profile, out, progress, num_threads=args.threads)}))
+        phase1 = published.phase1_backbone_dir(profile) if args.phase1_from_published else None
+        metrics = train_backbone(profile, out, progress, num_threads=args.threads, phase1=phase1)
+        print(json.dumps({"out_dir": str(out), **metrics}))
         return
     set_num_threads(profile.backbone_training.num_threads)
     bb = shared_backbone(profile, progress=progress)

@@ -192,3 +192,23 @@ def test_from_scratch_retrains_apart_and_compares(pub, monkeypatch):
     monkeypatch.setenv(FROM_SCRATCH_ENV, "maybe")
     with pytest.raises(Exception, match="MRP_REPRO_FROM_SCRATCH='maybe'"):
         runs_root()
+
+
+def test_a_warm_restart_starts_from_the_published_backbone_only_if_it_is_the_first_phase(pub, monkeypatch):
+    """stages backbone --phase1-from-published (published.phase1_backbone_dir): the published backbone is the first
+    phase of the same profile with a restart added; a profile with no restart, or another first phase, is refused
+    naming the fix."""
+    from mrp_repro.errors import UserError
+
+    P, out, _, _ = pub
+    monkeypatch.setattr(published, "artifacts_root", lambda: out.parent)
+    both = P.replace({"backbone_training.restart_steps": 2, "backbone_training.restart_lr": 1e-3})
+    first = published.phase1_backbone_dir(both)
+    assert (first / "model" / "model.safetensors").is_file() and (first / "done.json").is_file()
+    with pytest.raises(UserError, match="has no warm restart"):
+        published.phase1_backbone_dir(P)
+    other = both.replace({"backbone_training.lr": 1e-4})
+    with pytest.raises(UserError, match=r"not this profile's first phase \(backbone_training.lr"):
+        published.phase1_backbone_dir(other)
+    with pytest.raises(UserError, match="no published backbone"):
+        published.phase1_backbone_dir(both.replace({"name": "nowhere"}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -131,3 +132,43 @@ def test_loss_decreases_and_resume_is_bitwise(smoke_profile, tmp_path):
         assert torch.equal(a[k], b[k]), k
     # a second call is instant: done.json short-circuits
     assert train_backbone(p, tmp_path / "full", progress=False) == m
+
+
+def test_warm_restart_from_a_finished_first_phase_equals_one_run(tmp_path):
+    """backbone_training.restart_steps: a run that trains both phases ends at the weights of one that starts the
+    restart from a finished first phase (phase1=): the restart's fresh optimizer makes them one computation. The
+    restart is a real second phase (its lr warms up again), resumes across the boundary, and is recorded."""
+    from mrp_repro.config import ConfigError, load_profile
+
+    first = load_profile("smoke", {"backbone_training.steps": 6, "backbone_training.ckpt_every": 3,
+                                   "backbone_training.warmup_steps": 2})  # fmt: skip
+    both = first.replace({"backbone_training.restart_steps": 4, "backbone_training.restart_lr": 5e-4})
+    kw = dict(progress=False, num_threads=1)
+    train_backbone(first, tmp_path / "first", **kw)
+    # one run of both phases, killed at the boundary (its checkpoint holds the first phase's optimizer) and resumed
+    assert not train_backbone(both, tmp_path / "both", stop_after=6, **kw)["finished"]
+    m_both = train_backbone(both, tmp_path / "both", **kw)
+    # the first phase as publish keeps it: model/, loss_curve.csv and done.json, nothing else
+    pub = tmp_path / "published"
+    shutil.copytree(tmp_path / "first" / "model", pub / "model")
+    for name in ("loss_curve.csv", "done.json"):
+        shutil.copy(tmp_path / "first" / name, pub / name)
+    m_warm = train_backbone(both, tmp_path / "warm", phase1=pub, **kw)
+    assert m_both["steps_done"] == m_warm["steps_done"] == 10
+    w_both = load_backbone(tmp_path / "both" / "model", dtype=torch.float32).state_dict()
+    w_warm = load_backbone(tmp_path / "warm" / "model", dtype=torch.float32).state_dict()
+    assert all(torch.equal(w_both[k], w_warm[k]) for k in w_both)
+    w_first = load_backbone(tmp_path / "first" / "model", dtype=torch.float32).state_dict()
+    assert not all(torch.equal(w_both[k], w_first[k]) for k in w_both)
+    curve = json.loads((tmp_path / "warm" / "loss_curve.json").read_text())
+    lrs = [r["lr"] for r in curve]
+    assert len(curve) == 10 and lrs[6] < lrs[7] and abs(lrs[7] - 5e-4) < 1e-12  # warms up again, to restart_lr
+    assert m_warm["phase1_from"]["dir"] == str(pub) and "phase1_from" not in m_both
+    assert sorted(p.name for p in pub.iterdir()) == ["done.json", "loss_curve.csv", "model"]  # left as it was
+    with pytest.raises(ConfigError, match="not a finished backbone run"):
+        train_backbone(both, tmp_path / "nodone", phase1=tmp_path / "first" / "model", **kw)
+    with pytest.raises(ConfigError, match="trained 6 steps"):
+        train_backbone(both.replace({"backbone_training.steps": 5}), tmp_path / "bad", phase1=tmp_path / "first",
+                       **kw)  # fmt: skip
+    with pytest.raises(ConfigError, match="restart_steps is 0"):
+        first.replace({"backbone_training.restart_lr": 1e-3})

@@ -33,6 +33,18 @@ def misses(regime_csv: Path, profile_name: str) -> list[str]:
             for r in t.itertuples()]  # fmt: skip
 
 
+def _restart_line(p, metrics: dict) -> list[str]:
+    """The warm restart's line (backbone_training.restart_steps), or none."""
+    bt = p.backbone_training
+    if not bt.restart_steps:
+        return []
+    first = metrics.get("phase1_from")
+    came = (f"; the first phase's weights, backbone `{first['fingerprint']}`, came from a finished run of it"
+            if first else "")
+    return [f"- two phases: {bt.steps} steps at lr {bt.lr}, then a warm restart of {bt.restart_steps} steps (a fresh "
+            f"AdamW warming up again to {bt.restart_lr or bt.lr}, cosine to {bt.min_lr_ratio}× of it){came}"]
+
+
 def render(profile_name: str, root: Path | None = None, accept_misses: bool = False) -> str:
     """The pre-registration's text. Refused (UserError) when the regime was measured on another backbone than the
     published one, or misses a target, unless accept_misses: then the misses are registered, named."""
@@ -77,6 +89,7 @@ def render(profile_name: str, root: Path | None = None, accept_misses: bool = Fa
         f"- {bb['metrics']['num_layers']} layers × {bb['metrics']['hidden_size']}, {bb['metrics']['params']:,} "
         f"parameters, {bb['metrics']['steps_done']} steps with blocks of {list(p.backbone_training.block_sizes)} in "
         f"turn, final loss {bb['metrics']['final_loss']:.4f}, {bb['metrics']['wall_s'] / 60:.0f} min on 2 cores",
+        *_restart_line(p, bb["metrics"]),
         f"- trained on {data}, {p.data.n_train:,} problems",
         f"- evaluated at block {p.block_size} with {p.block_size} static steps per block, greedy, tasks "
         f"{', '.join(p.evaluation.benchmarks)} ({p.evaluation.n_prompts} held-out prompts each)",

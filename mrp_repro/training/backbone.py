@@ -20,12 +20,18 @@ replaced by [MASK] with probability t; the loss is cross-entropy on masked
 positions weighted 1/t, normalised by the number of answer tokens in the batch.
 Prompt tokens are never masked. No shift: position i predicts token i.
 
-Data order and noise are keyed by (seed, step), so a resumed run sees exactly
-the batches an uninterrupted one would (and a backbone_training.seq_len too short for
-one of them is a one-line ConfigError naming the minimum before the first step); checkpoints hold the model (hub format),
-optimizer, scheduler and RNG states (tensors and plain types: state.pt loads with weights_only=True) and an
-integrity.json, written atomically (a temporary directory renamed into place). One process trains a directory at
-a time (integrity.stage_lock); done.json records the sha256 of every output (`finished` checks it before reuse).
+Data order and noise are keyed by (seed, step), so a resumed run sees exactly the batches an uninterrupted one
+would (and a backbone_training.seq_len too short for one of them is a one-line ConfigError naming the minimum
+before the first step); checkpoints hold the model (hub format), optimizer, scheduler and RNG states (tensors
+and plain types: state.pt loads with weights_only=True) and an integrity.json, written atomically (a temporary
+directory renamed into place). One process trains a directory at a time (integrity.stage_lock); done.json
+records the sha256 of every output (`finished` checks it before reuse).
+
+A warm restart (backbone_training.restart_steps, restart_lr): after `steps`, a fresh AdamW warms up again and
+falls by cosine over restart_steps more steps; the batches go on by step. It can start from the published first
+phase (checked to be this profile's with no restart) instead of retraining it, the same computation:
+
+    MRP_REPRO_FROM_SCRATCH=1 .venv/bin/python -m mrp_repro.stages backbone --profile chain16 --phase1-from-published
 
 Recovery: a finished run whose model/ was deleted or no longer matches done.json's record rewrites it from the
 last checkpoint (no step is retrained); an unreadable, changed or code-carrying checkpoint is an error naming it
@@ -34,6 +40,7 @@ and the fix (delete it: training restarts from step 0 and, batches being keyed b
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -48,7 +55,7 @@ import torch.nn.functional as F
 
 from mrp_repro import checkpoint as ckpt_io
 from mrp_repro import integrity
-from mrp_repro.config import ConfigError, Profile
+from mrp_repro.config import ConfigError, Profile, repo_root
 from mrp_repro.model import ModelConfig, SDARModel, count_parameters
 from mrp_repro.runtime import provenance, set_num_threads, write_json_atomic
 from mrp_repro.tasks import synthetic
@@ -301,7 +308,7 @@ def _latest_checkpoint(out_dir: Path) -> Path | None:
     return cks[-1] if cks else None
 
 
-def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve) -> Path:
+def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve, phase=0, phase1_record=None) -> Path:
     """ckpt-<step>/: the model (hub format), state.pt (optimizer, scheduler, RNG, curve: tensors and plain types
     only, so it loads with weights_only=True) and integrity.json; written in a temporary directory renamed into
     place when complete."""
@@ -309,7 +316,9 @@ def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve) -> Path
     with integrity.atomic_dir(final) as tmp:
         ckpt_io.save_backbone(model, tmp)
         state = {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                 "torch_rng": torch.get_rng_state(), "curve": curve}  # fmt: skip
+                 "torch_rng": torch.get_rng_state(), "curve": curve, "phase": phase}  # fmt: skip
+        if phase1_record is not None:
+            state["phase1"] = phase1_record
         torch.save(state, tmp / "state.pt")
         integrity.seal(tmp)
     for old in _checkpoint_dirs(out_dir):  # keep only the newest checkpoint
@@ -359,6 +368,7 @@ def train_backbone(
     resume: bool = True,
     stop_after: int | None = None,
     num_threads: int | None = None,
+    phase1: str | os.PathLike | None = None,
 ) -> dict:
     """Train (or resume) the scratch backbone of `profile` into `out_dir`.
 
@@ -367,14 +377,61 @@ def train_backbone(
     `stop_after`: stop (with a checkpoint) after that many steps of this call, as if
     killed; a later call resumes. `num_threads` overrides backbone_training.num_threads
     (e.g. 1 on a machine shared with other jobs, where 2 spinning threads thrash).
-    Returns the metrics dict (done.json's "metrics")."""
+    `phase1`: with backbone_training.restart_steps, a finished backbone directory of this profile's first phase
+    (the caller checks its settings: stages' --phase1-from-published); a run with no checkpoint starts its restart
+    from those weights instead of retraining the first `steps` (the restart's fresh optimizer makes that the same
+    computation). Returns the metrics dict (done.json's "metrics")."""
     out_dir = integrity.make_dir(out_dir)  # a run directory that is a symbolic link is refused (LinkRefused)
     # one process trains a directory: a second one gets StageLocked naming the first's PID, and does nothing
     with integrity.stage_lock(out_dir, f"backbone training of profile {profile.name}"):
-        return _train_backbone(profile, out_dir, progress, resume, stop_after, num_threads)
+        return _train_backbone(profile, out_dir, progress, resume, stop_after, num_threads, phase1)
 
 
-def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_threads) -> dict:
+def _optimizer(model: SDARModel, tc, phase: int):
+    """(AdamW, LambdaLR) of training phase `phase`: 0 the first `steps`, 1 the warm restart (fresh moments, its own
+    warmup and cosine over restart_steps, at restart_lr)."""
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    lr = tc.lr if phase == 0 else (tc.restart_lr or tc.lr)
+    steps = tc.steps if phase == 0 else tc.restart_steps
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(steps, tc.warmup_steps, tc.min_lr_ratio))
+
+
+def _load_phase1(profile: Profile, phase1: Path, model: SDARModel) -> tuple[list[dict], dict]:
+    """Load a finished first phase's weights into `model`; (its loss curve rows, what done.json records of it)."""
+    from mrp_repro.released import backbone_fingerprint
+
+    tc = profile.backbone_training
+    fix = f"pass a finished backbone directory of the first {tc.steps} steps of profile {profile.name}"
+    # done.json itself, not finished(): a published directory keeps only model/, loss_curve.csv and done.json
+    # (their sha256 already checked by published.phase1_backbone_dir), and finished() would try to repair it
+    try:
+        metrics = json.loads((phase1 / "done.json").read_text())["metrics"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{phase1}: not a finished backbone run (done.json: {e}); {fix}") from e
+    if metrics.get("steps_done") != tc.steps:
+        raise ConfigError(f"{phase1}: trained {metrics.get('steps_done')} steps, the first phase is {tc.steps}; {fix}")
+    sd = ckpt_io.load_backbone(phase1 / "model", dtype=torch.float32, fix=fix).state_dict()
+    model.load_state_dict(sd)
+    curve = []
+    with open(phase1 / "loss_curve.csv") as fh:
+        for row in csv.DictReader(fh):
+            curve.append({"step": int(row["step"]), "loss": float(row["loss"]), "lr": float(row["lr"]),
+                          "elapsed_s": float(row["elapsed_s"])})  # fmt: skip
+    if len(curve) != tc.steps:
+        raise ConfigError(f"{phase1}/loss_curve.csv has {len(curve)} rows, not {tc.steps}; {fix}")
+    where = phase1.resolve()
+    if where.is_relative_to(repo_root()):  # a published record names no machine's checkout
+        where = where.relative_to(repo_root())
+    return curve, {"dir": str(where), "fingerprint": backbone_fingerprint(model), "wall_s": metrics.get("wall_s")}
+
+
+def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_threads, phase1) -> dict:
     done_path = out_dir / "done.json"
     metrics = finished(out_dir, quiet=not done_path.exists())
     if metrics is not None:
@@ -389,20 +446,16 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     tok = make_tokenizer(profile)
     mask_id = mask_token_id(tok)
     data = TrainData(profile, tok)
-    data.check_seq_len(tc.steps, tc.batch_size)  # before any step: a sequence that does not fit is a setting to fix
+    total = tc.steps + tc.restart_steps  # both phases
+    data.check_seq_len(total, tc.batch_size)  # before any step: a sequence that does not fit is a setting to fix
     cfg = model_config_for(profile, len(tok))
     gen = torch.Generator().manual_seed(profile.seed)
     model = SDARModel(cfg).init_weights(INIT_STD, gen)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=tc.lr,
-        betas=(0.9, 0.95),
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, tc.warmup_steps, tc.min_lr_ratio))
+    if phase1 is not None and not tc.restart_steps:
+        raise ConfigError(f"phase1={phase1} needs backbone_training.restart_steps > 0 (profile {profile.name} has "
+                          "none)")  # fmt: skip
 
-    start, curve, prev_elapsed = 0, [], 0.0
+    start, curve, prev_elapsed, phase1_record = 0, [], 0.0, None
     latest = _latest_checkpoint(out_dir) if resume else None
     if latest is not None:
         fix = (
@@ -412,11 +465,21 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         sd = ckpt_io.load_backbone(latest, dtype=torch.float32, fix=fix).state_dict()
         model.load_state_dict(sd)
         st = ckpt_io.load_state(latest / "state.pt", fix)
+        opt_phase = st.get("phase", 0)  # a checkpoint at the boundary holds the first phase's optimizer
+        opt, sched = _optimizer(model, tc, opt_phase)
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])
         torch.set_rng_state(st["torch_rng"])
-        start, curve = st["step"], st["curve"]
+        start, curve, phase1_record = st["step"], st["curve"], st.get("phase1")
         prev_elapsed = curve[-1]["elapsed_s"] if curve else 0.0
+    elif phase1 is not None:
+        curve, phase1_record = _load_phase1(profile, Path(phase1), model)
+        start, prev_elapsed = tc.steps, curve[-1]["elapsed_s"]
+        opt_phase = 1
+        opt, sched = _optimizer(model, tc, opt_phase)
+    else:
+        opt_phase = 0
+        opt, sched = _optimizer(model, tc, opt_phase)
     model.train()
 
     n_params = count_parameters(model)
@@ -424,12 +487,15 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=tc.steps, initial=start, desc=f"backbone[{profile.name}]", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=start, desc=f"backbone[{profile.name}]", dynamic_ncols=True)
     t0 = time.perf_counter()
     step = start
     ran = 0
     smooth = None
-    while step < tc.steps:
+    while step < total:
+        if tc.restart_steps and step >= tc.steps and opt_phase == 0:
+            opt_phase = 1
+            opt, sched = _optimizer(model, tc, opt_phase)  # the warm restart: fresh moments, own warmup and cosine
         clean, plens, valid = data.batch(step, tc.batch_size)
         g = torch.Generator().manual_seed(hash_seed(profile.seed, step))
         batch = build_block_diffusion_batch(clean, plens, train_block_size(profile, step), mask_id, g, valid)
@@ -450,15 +516,15 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{smooth:.3f}")
-        stopping = stop_after is not None and ran >= stop_after and step < tc.steps
-        if step % tc.ckpt_every == 0 or step == tc.steps or stopping:
-            _save_checkpoint(out_dir, step, model, opt, sched, curve)
+        stopping = stop_after is not None and ran >= stop_after and step < total
+        if step % tc.ckpt_every == 0 or step == total or stopping:
+            _save_checkpoint(out_dir, step, model, opt, sched, curve, opt_phase, phase1_record)
             write_curve(out_dir, curve, ["step", "loss", "lr", "elapsed_s"], curve)
         if stopping:
             break
     if bar is not None:
         bar.close()
-    if step < tc.steps:
+    if step < total:
         return {"steps_done": step, "finished": False}
 
     model.eval()
@@ -480,6 +546,8 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         "threads": torch.get_num_threads(),
         "tokens_per_step": 2 * tc.seq_len * tc.batch_size,
     }
+    if phase1_record is not None:  # the first phase's weights came from a finished run, not from this one
+        metrics["phase1_from"] = phase1_record
     # the integrity record: every output's sha256 and the curve's rows; finished() checks it before any reuse
     record = integrity.record(out_dir, _outputs(out_dir))
     write_json_atomic(done_path, {"metrics": metrics, "provenance": provenance(profile, "cpu"), "files": record,
