@@ -224,7 +224,10 @@ def compare(profile: Profile, published_figures: Path | None = None) -> str:
             verdict, n, size = _table_diff(a, b)
             tables.append(f"| {a.stem} | {verdict} | {n if n >= 0 else '-'} of {size} |")
     text = "\n".join([f"# {profile.name}: from scratch vs published ({pub_root})", "", *rows, *tables, ""])
-    (ours / "from_scratch_vs_published.md").write_text(text)
+    from mrp_repro.integrity import atomic_file
+
+    with atomic_file(ours / "from_scratch_vs_published.md") as tmp:  # renamed into place: a link there is replaced
+        tmp.write_text(text)
     return text
 
 

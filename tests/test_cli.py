@@ -101,3 +101,23 @@ def test_bad_key_subprocess(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "stepz" in lines[0] and "valid keys" in lines[0], r.stderr
+
+
+def test_every_command_line_entry_point_goes_through_run_cli():
+    """Each `python -m mrp_repro...` module ends in run_cli, so a user error, Ctrl-C or a full disk is one error:
+    line there too (issue 39: report.regime, report.speed, decoding.mismatch, gpu_check, ... printed tracebacks)."""
+    import ast
+    from pathlib import Path
+
+    import mrp_repro
+
+    missing, found = [], 0
+    for path in sorted(Path(mrp_repro.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                    and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"):  # fmt: skip
+                found += 1
+                if "run_cli(" not in ast.unparse(node):
+                    missing.append(path.name)
+    assert found >= 20 and not missing, missing

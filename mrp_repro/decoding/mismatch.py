@@ -220,4 +220,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)  # a user error, Ctrl-C or a full disk is one error: line

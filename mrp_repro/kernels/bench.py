@@ -349,6 +349,14 @@ def check_against_reference(
     return df
 
 
+def write_csv(df, path: Path) -> None:
+    """df.to_csv through a temporary name renamed into place (integrity.atomic_file): a link at path is replaced."""
+    from mrp_repro.integrity import atomic_file
+
+    with atomic_file(path) as tmp:
+        df.to_csv(tmp, index=False)
+
+
 def main(argv: list | None = None) -> dict[str, Path]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="figures/tiny", help="output directory (or a .csv path)")
@@ -371,14 +379,14 @@ def main(argv: list | None = None) -> dict[str, Path]:
     if gpu and not a.skip_checks:
         checks = check_against_reference(dev)
         paths["checks"] = csv.with_name("checks.csv")
-        checks.to_csv(paths["checks"], index=False)
+        write_csv(checks, paths["checks"])
         print(f"correctness on {dev}: {len(checks)} checks passed")
     ns = a.ns or ([16, 64, 256, 1024] if gpu else [4, 16])
     vocab = a.vocab or (151936 if gpu else 8192)
     df = run_benchmark(
         ns, vocab, getattr(torch, a.dtype), dev, repeats=a.repeats, compile=False if a.no_compile else None
     )
-    df.to_csv(csv, index=False)
+    write_csv(df, csv)  # renamed into place: a link at figures/<profile>/kernels.csv is replaced
     paths["csv"] = csv
     paths["png"] = plot_roofline(df, csv.with_suffix(".png"))
     import pandas as pd

@@ -322,4 +322,6 @@ def main(argv: list | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)  # a user error, Ctrl-C or a full disk is one error: line

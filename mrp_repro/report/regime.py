@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         measured[name] = model_fingerprint(bb.model)
         runs = collect_runs(p, bb, None, a.n_prompts, list(p.evaluation.benchmarks), regime_settings(p),
                             progress=True)  # fmt: skip
-        runs.to_csv(tables.out_dir(profile) / f"regime_rows_{name}.csv", index=False)
+        tables.write_csv(runs, tables.out_dir(profile) / f"regime_rows_{name}.csv", index=False)  # renamed into place
         frames.append(regime_table(runs, profile.evaluation.bootstrap_samples, profile.evaluation.ci, profile.seed))
     table = pd.concat(frames + [paper_regime()], ignore_index=True)
     out = tables.out_dir(profile)
@@ -210,4 +210,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)  # a user error, Ctrl-C or a full disk is one error: line

@@ -516,11 +516,16 @@ def step_cost(profile, backbone, micro_batches: int = 3) -> dict:
     return out
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    """Seconds per online micro-batch, by part, on a random scratch backbone of the profile's shape:
+
+        .venv/bin/python -m mrp_repro.training.online --profile smoke [--seq-len N] [--micro N] [--k-steps K]
+    """
     import argparse
 
     from mrp_repro.backbone import Backbone, special_ids
     from mrp_repro.config import load_profile
+    from mrp_repro.errors import UserError
     from mrp_repro.model import SDARModel
     from mrp_repro.training.backbone import make_tokenizer, model_config_for
 
@@ -529,7 +534,7 @@ if __name__ == "__main__":
     ap.add_argument("--seq-len", type=int, default=None)
     ap.add_argument("--micro", type=int, default=None)
     ap.add_argument("--k-steps", type=int, default=None)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     over = {"mrp_training.recipe": "online"}
     if a.seq_len:
         over["mrp_training.seq_len"] = a.seq_len
@@ -540,7 +545,7 @@ if __name__ == "__main__":
         over["mrp.k_steps"] = a.k_steps
     P = load_profile(a.profile, over)
     if P.model.source != "scratch":  # training/ sits below stages, which loads hub backbones: no import here
-        raise SystemExit(
+        raise UserError(
             f"this command times a random scratch backbone; profile {P.name!r} loads a {P.model.source} one. From "
             "Python: from mrp_repro import stages; from mrp_repro.training.online import step_cost; "
             f"step_cost(P, stages.backbone(P)) with P = load_profile({P.name!r}, {over})"
@@ -555,3 +560,9 @@ if __name__ == "__main__":
     for k in ("backbone_s", "head_fwd_s", "head_bwd_s", "total_s"):
         print(f"{k:<14}{c[k]:>16.4f}{c[k] / c['total_s']:>8.1%}")
     print(f"tokens per micro-batch: {c['tokens_per_micro_batch']}")
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)  # a user error, Ctrl-C or a full disk is one error: line
