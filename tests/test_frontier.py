@@ -128,7 +128,7 @@ def test_refine_frontier_decodes_midpoints_until_no_segment_is_too_wide(monkeypa
     P = load_profile("tiny")
     calls = []
 
-    def fake_collect(profile, bb, head, n_prompts=None, benchmarks=None, settings=None, batch_size=None):
+    def fake_collect(profile, bb, head, n_prompts=None, benchmarks=None, settings=None, batch_size=None, inputs=None):
         taus = [p.tau for m, p in settings if m == "dynamic"]
         calls.append((taus, batch_size))
         out = _cliff(taus)

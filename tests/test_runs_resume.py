@@ -324,3 +324,35 @@ def test_grids_runs_resumes_from_its_partial_directory_and_removes_it(rb, tmp_ru
     calls = counting(monkeypatch)
     grids.runs(P, bb, None, "backbone_runs")  # stored: nothing decoded, no directory made
     assert calls == [] and not part.exists()
+
+
+def test_a_grid_resolves_the_profiles_inputs_once(rb, reference, monkeypatch, tmp_path):
+    """The profile's inputs (inputs.summary_for: hub commits, file bytes) are resolved once per grid, by the stage,
+    and received by the measurement loop (issue 37): collect_runs and the sharded path resolve them once for all their
+    batches, and not at all when the stage passes them; the rows are the same either way."""
+    from mrp_repro import inputs as run_inputs
+    from mrp_repro.measure.sharded import collect_runs_sharded
+
+    monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
+    calls, real = [], run_inputs.summary_for
+
+    def counted(profile):
+        calls.append(profile.name)
+        return real(profile)
+
+    monkeypatch.setattr(run_inputs, "summary_for", counted)
+    decoded = counting(monkeypatch)
+    got = collect_runs(rb.profile, rb, None, **grid(rb))
+    assert len(decoded) == 6 and calls == ["smoke"]  # six batches, one resolution
+    resolved = real(rb.profile)
+    calls.clear()
+    passed = collect_runs(rb.profile, rb, None, inputs=resolved, **grid(rb))
+    assert calls == []
+    same_but_clock(got, reference)
+    same_but_clock(passed, reference)
+    out = collect_runs_sharded(rb.profile, rb, None, tmp_path / "shards", tmp_path / "grid.csv", **grid(rb))
+    assert out is not None and calls == ["smoke"]  # the key and every shard's rows: one resolution
+    calls.clear()
+    collect_runs_sharded(rb.profile, rb, None, tmp_path / "shards2", tmp_path / "grid2.csv", inputs=resolved,
+                         **grid(rb))  # fmt: skip
+    assert calls == []

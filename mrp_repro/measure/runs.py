@@ -404,7 +404,7 @@ def _resume(partial: Path, bench: str, j: int, key: str, idx: Sequence[int], nam
 def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
                  settings: Sequence[tuple[str, Policy]] | None = None, batch_size: int | None = None,
                  max_new_tokens: int | None = None, progress: bool = False,
-                 partial: str | os.PathLike | None = None) -> pd.DataFrame:  # fmt: skip
+                 partial: str | os.PathLike | None = None, inputs: str | None = None) -> pd.DataFrame:  # fmt: skip
     """The runs frame: every setting (default settings_for(profile, head)) on the same problems of every
     benchmark (default evaluation.benchmarks), batch by batch (batch_order), each batch decoded with every setting
     in turn, static(1) first (decode_batch). Rows in (benchmark, setting, prompt_index) order.
@@ -418,7 +418,8 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
     directory is held under integrity.stage_lock while the grid runs (a second process on it gets StageLocked) and
     left in place: the caller removes it once the frame is stored. The torchrun path
     (measure.sharded.collect_runs_sharded) keeps its own per-batch shards, resumable the same way, and does not use
-    `partial` or mark resumed_from."""
+    `partial` or mark resumed_from. `inputs`: the runs rows' inputs column (inputs.summary_for(profile)) as the
+    calling stage resolved it once; None resolves it here, once per grid."""
     from mrp_repro import integrity
     from mrp_repro.backbone import encode_prompts
 
@@ -428,7 +429,8 @@ def collect_runs(profile, backbone, head, n_prompts: int | None = None, benchmar
     rank = {p.name: i for i, (_, p) in enumerate(settings)}
     names = [p.name for _, p in settings]
     model = model_for_profile(profile)
-    resolved = run_inputs.summary_for(profile)  # recorded by notebook 00, else resolved now
+    # the profile's inputs (hub commits, file bytes) as a stage resolved them once (inputs=), else resolved here, once
+    resolved = inputs if inputs is not None else run_inputs.summary_for(profile)
     frames = []
     with contextlib.ExitStack() as stack:
         if partial is not None:

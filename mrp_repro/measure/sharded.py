@@ -69,12 +69,13 @@ def grid_shards(profile, backbone, benchmarks: Sequence[str], n_prompts: int | N
     return out
 
 
-def grid_key(profile, backbone, head, shards: list[dict], settings, batch_size: int, max_new_tokens: int) -> str:
-    """What a shard's rows depend on: prompts, settings, sizes, the backbone's and head's weights."""
+def grid_key(profile, backbone, head, shards: list[dict], settings, batch_size: int, max_new_tokens: int,
+             inputs: str) -> str:
+    """What a shard's rows depend on: prompts, settings, sizes, the backbone's and head's weights, the inputs."""
     spec = dict(
         model=model_for_profile(profile),
         paper_model=profile.paper.model,
-        inputs=run_inputs.summary_for(profile),  # other hub commits or file bytes: other rows
+        inputs=inputs,  # other hub commits or file bytes: other rows
         prompts=[[s["benchmark"], [p.task_id for p in s["problems"]]] for s in shards],
         settings=[p.name for _, p in settings],
         batch_size=batch_size,
@@ -157,7 +158,7 @@ def merge_shards(shard_dir: Path, shards: list[dict], key: str, settings, benchm
 def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, out_csv: str | os.PathLike,
                          n_prompts: int | None = None, benchmarks: Sequence[str] | None = None, settings=None,
                          batch_size: int | None = None, max_new_tokens: int | None = None, progress: bool = False,
-                         rerun: str = "the same command") -> Path | None:  # fmt: skip
+                         rerun: str = "the same command", inputs: str | None = None) -> Path | None:  # fmt: skip
     """Decode this rank's missing shards, then (rank 0, after every rank is done) merge all of them into out_csv.
     The arguments mean what they mean for collect_runs. Returns out_csv on rank 0, None on the others."""
     d = distributed.current()
@@ -168,14 +169,14 @@ def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, 
     shard_dir, out_csv = Path(shard_dir), Path(out_csv)
     shard_dir.mkdir(parents=True, exist_ok=True)
     shards = grid_shards(profile, backbone, benchmarks, n_prompts, bs)
-    key = grid_key(profile, backbone, head, shards, settings, bs, max_new)
+    resolved = inputs if inputs is not None else run_inputs.summary_for(profile)  # once: the key and the rows
+    key = grid_key(profile, backbone, head, shards, settings, bs, max_new, resolved)
     mine = [s for s in d.shard(shards) if shard_problem(shard_dir, s, key) is not None]
     if progress:
         from tqdm.auto import tqdm
 
         mine = tqdm(mine, desc=f"grid shards (rank {d.rank}/{d.world})", dynamic_ncols=True)
     model = model_for_profile(profile)
-    resolved = run_inputs.summary_for(profile)
     for s in mine:
         t0 = time.perf_counter()
         df = _decode_shard(backbone, s, settings, bs, max_new, model, profile.paper.model, resolved)

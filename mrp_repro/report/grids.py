@@ -106,7 +106,8 @@ def control_settings(profile, head) -> list:
 
 
 def refine_frontier(profile, backbone, head, frame: pd.DataFrame, reference: pd.DataFrame | None = None,
-                    n_prompts: int | None = None, rounds: int | None = None) -> tuple[pd.DataFrame, list[list[float]]]:
+                    n_prompts: int | None = None, rounds: int | None = None,
+                    inputs: str | None = None) -> tuple[pd.DataFrame, list[list[float]]]:
     """`frame` (a grid with static(1) and dynamic rows: controls_runs, or a seed run) with dynamic(τ) added where the
     frontier of `reference` + `frame` still jumps by more than decoding.frontier_max_gap points between two decoded τ
     (report.pareto.refine_taus: the midpoints, every benchmark of frame, on its prompts and batch size), for up to
@@ -126,7 +127,7 @@ def refine_frontier(profile, backbone, head, frame: pd.DataFrame, reference: pd.
         benches = list(dict.fromkeys(frame["benchmark"]))
         bs = int(frame["batch_size"].iloc[0])
         new = collect_runs(profile, backbone, head, n_prompts=n_prompts, benchmarks=benches, settings=settings,
-                           batch_size=bs)  # fmt: skip
+                           batch_size=bs, inputs=inputs)  # fmt: skip
         # their wall clock on frame's scale: this pass's static(1) against frame's, per benchmark
         for b in benches:
             s_old, s_new = (x[(x["benchmark"] == b) & (x["mode"] == "static") & (x["algorithm"] == "ours")]
@@ -177,11 +178,13 @@ def _stored(profile, name: str, spec: dict) -> bool:
 def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progress: bool = False) -> pd.DataFrame:
     """Grid `name`'s runs frame: the stored one when its spec matches, else collected (sharded under torchrun)
     and stored. Under torchrun every rank must call it; every rank returns the merged frame."""
+    from mrp_repro import inputs as run_inputs
     from mrp_repro.runtime import write_json_atomic
 
     spec = grid_spec(profile, head, name, n_prompts)
     if not _stored(profile, name, spec):
         d = distributed.current()
+        resolved = run_inputs.summary_for(profile)  # the profile's inputs, once for this grid's every decode
         wider = _covering_grid(profile, head, name, spec)
         if wider is not None:
             held = runs(profile, backbone, head, wider, progress=progress)
@@ -192,11 +195,12 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
             shard_dir = paper.results_dir(profile) / f"{name}.shards"
             rerun = f"python -m mrp_repro.report.grids --profile {profile.cli_arg} --grid {name}"
             out = paper.result_path(profile, name)
-            collect_runs_sharded(profile, backbone, head, shard_dir, out, progress=progress, rerun=rerun, **spec)
+            collect_runs_sharded(profile, backbone, head, shard_dir, out, progress=progress, rerun=rerun,
+                                 inputs=resolved, **spec)  # fmt: skip
         else:  # one process: each finished batch kept in <name>.partial/, so a killed grid resumes (collect_runs)
             partial = _partial_dir(profile, name)
             paper.save_result(profile, name, collect_runs(profile, backbone, head, progress=progress, partial=partial,
-                                                          **spec))  # fmt: skip
+                                                          inputs=resolved, **spec))  # fmt: skip
         if d.is_main:
             write_json_atomic(_spec_path(profile, name), _spec_record(spec))
             _refined_path(profile, name).unlink(missing_ok=True)  # a new grid: refined afresh
@@ -234,6 +238,7 @@ def _refine(profile, backbone, head, name: str, n_prompts, progress: bool) -> No
     """controls_runs refined where the joint frontier (modes_runs + controls_runs) is too coarse (refine_frontier),
     once per stored grid: the τ added are recorded beside it (<name>.refined.json), so a later call decodes nothing.
     On the main rank (the few added decodes run in one process); the other ranks wait."""
+    from mrp_repro import inputs as run_inputs
     from mrp_repro.runtime import write_json_atomic
 
     d = distributed.current()
@@ -247,7 +252,8 @@ def _refine(profile, backbone, head, name: str, n_prompts, progress: bool) -> No
     if d.is_main:
         frame = paper.load_result(profile, name)
         base = frame[~frame["setting"].isin(set((done or {}).get("settings", [])))]  # a new bound: from the grid
-        frame, added = refine_frontier(profile, backbone, head, base, modes, n_prompts)
+        frame, added = refine_frontier(profile, backbone, head, base, modes, n_prompts,
+                                       inputs=run_inputs.summary_for(profile))  # once for every round
         paper.save_result(profile, name, frame)
         taus = [t for r in added for t in r]
         write_json_atomic(side, {**record, "taus_per_round": added,
