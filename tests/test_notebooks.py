@@ -39,7 +39,7 @@ EXPECTED = {
     "08_kernels": {"tables": ["kernels_gbps"], "files": ["kernels.csv", "kernels.png", "kernels.pdf"]},
     "09_claims": {"tables": ["claims_table"], "files": ["claims.md", "claims.csv"]},
     "10_ablations": {"tables": ["ablation_objective", "ablation_claims"], "figures": ["ablation_objective"]},
-    "11_peers": {"tables": ["peers"], "figures": ["peers"]},
+    "11_peers": {"tables": ["peers", "peers_aup"], "figures": ["peers"]},
 }
 #: notebook parameters of the smoke run that are sizes, not profile settings (10: one axis, one K and τ: the CI
 #: budget; tests/test_ablations.py runs every axis)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -130,6 +132,26 @@ def test_run_stores_the_grid_and_writes_the_table_and_figure(smoke_profile, mode
     assert {"clock_gate", "clock_record"} <= set(t.columns) and set(t["benchmark"]) == {"synth-math", "synth-code"}
     assert t.loc[t["algorithm"] == "peer", "clock_gate"].str.startswith("unchecked").all()
     assert out["costs"]["row_cost"] >= 0 and "row_cost" not in t.columns
+    a = pd.read_csv(figs / "peers_aup.csv", keep_default_na=False, na_values=[""])
+    assert set(a["method"]) == set(t["method"]) and set(a["benchmark"]) == set(t["benchmark"])
+    assert (a["aup"].dropna() > 0).all() and (a["aup_best_accuracy"] == a["benchmark"].map(
+        t.groupby("benchmark")["accuracy"].max())).all()  # fmt: skip
     monkeypatch.setattr(peers, "decode", lambda *a, **k: pytest.fail("the stored grid is decoded again"))
     again = peers.peer_runs(P, *models)
     assert len(again) == len(out["runs"]) and set(again["method"].fillna("")) == set(out["runs"]["method"].fillna(""))
+
+
+def test_aup_is_the_weighted_area_under_accuracy_against_parallelism():
+    """AUP by hand: a rectangle to the first setting, then trapezoids of accuracy x W(accuracy); an accuracy below the
+    best is penalised (W < 1), the order of the settings does not matter, a faster equal-accuracy method scores more."""
+    w80 = 80 * math.exp(-3 * (1 - 80 / 100))
+    assert peers.aup([1.0, 2.0], [100.0, 80.0], 100.0) == pytest.approx(100 + (100 + w80) / 2)
+    assert peers.aup([2.0, 1.0], [80.0, 100.0], 100.0) == peers.aup([1.0, 2.0], [100.0, 80.0], 100.0)
+    assert peers.aup([1.0, 3.0], [100.0, 100.0], 100.0) > peers.aup([1.0, 2.0], [100.0, 100.0], 100.0)
+    assert peers.aup([1.0, 2.0], [100.0, 60.0], 100.0) < peers.aup([1.0, 2.0], [100.0, 80.0], 100.0)
+    assert math.isnan(peers.aup([], [], 100.0)) and math.isnan(peers.aup([float("nan")], [50.0], 100.0))
+    t = pd.DataFrame({"model": "m", "benchmark": "b", "method": ["static", "mrp", "mrp"], "family": "ours",
+                      "accuracy": [100.0, 100.0, 80.0], "charged_tpf": [1.0, 1.0, 2.0]})  # fmt: skip
+    a = peers.aup_table(t).set_index("method")
+    assert a.loc["mrp", "aup"] == pytest.approx(100 + (100 + w80) / 2) and a.loc["static", "aup"] == 100.0
+    assert a.loc["mrp", "aup_settings"] == 2 and (a["aup_best_accuracy"] == 100.0).all()

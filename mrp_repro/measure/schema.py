@@ -291,6 +291,11 @@ TABLE_COLUMNS: dict[str, str] = {
     "shows the record's numbers, not its own",
     "clock_grids": "every grid that times the decode, the measurement of record first",
     # ---- the peers table (report.peers)
+    "aup": "accuracy under parallelism (report.peers.aup, after d3LLM): the area under accuracy x W(accuracy) "
+    "against charged_tpf over the method's settings, W(y) = min(exp(-3 (1 - y / aup_best_accuracy)), 1); from 0 "
+    "to the first setting a rectangle, then trapezoids",
+    "aup_settings": "the method's settings with a reported charged_tpf that its aup integrates over",
+    "aup_best_accuracy": "the task's best accuracy over every method of the peers table: W's reference",
     "charged_tpf": "tokens per charged forward: sum of tokens / sum of (denoise_forwards + mrp_forwards x head_cost "
     "+ extra_rows x row_cost): every method charged its measured head calls and the block-rows of its wide forwards; "
     "head_cost and row_cost (one extra block-row of a verify, (verify_cost[K] - 1) / (K - 1) at the largest "

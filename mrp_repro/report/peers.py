@@ -53,11 +53,14 @@ from mrp_repro.report.plots_base import (
 )
 
 __all__ = ["GRID", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode", "peer_runs",
-           "costs", "peers_table", "plot_peers", "run"]  # fmt: skip
+           "costs", "peers_table", "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
 
 #: the grid frame (report.paper's result name, methods.RUNS) and the names of the table and figure
 GRID = "peers_runs"
 TABLE = FIGURE = "peers"
+AUP_TABLE = "peers_aup"
+#: AUP's penalty on an accuracy below the task's best (d3LLM's default)
+AUP_ALPHA = 3.0
 #: the peers table's columns (run() adds clock_gate and clock_record)
 PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "n", "accuracy", "accuracy_lo",
                  "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards", "reference",
@@ -236,6 +239,41 @@ def peers_table(runs: pd.DataFrame, head_cost: float = math.nan, row_cost: float
     return pd.DataFrame(rows, columns=PEERS_COLUMNS)
 
 
+def aup(tpf: Sequence[float], accuracy: Sequence[float], best: float, alpha: float = AUP_ALPHA) -> float:
+    """Accuracy under parallelism (after d3LLM's AUP) of one method's settings on one task: the area under
+    accuracy x W(accuracy) against parallelism, W(y) = min(exp(-alpha (1 - y / best)), 1), from 0 to the first
+    setting's parallelism as a rectangle, then trapezoids in parallelism order. Accuracy in percent, best: the
+    task's best accuracy over every method. Unlike d3LLM no setting is dropped for falling far below the best: W
+    already makes its contribution small."""
+    pts = sorted((float(r), float(y)) for r, y in zip(tpf, accuracy, strict=True) if r == r and y == y)
+    if not pts or not best > 0:
+        return math.nan
+    if pts[0][0] <= 0:
+        raise ValueError(f"aup: parallelism must be positive, got {pts[0][0]}")
+    w = [y * min(math.exp(-alpha * (1 - y / best)), 1.0) for _, y in pts]
+    area = pts[0][0] * w[0]
+    for i in range(1, len(pts)):
+        area += (pts[i][0] - pts[i - 1][0]) * (w[i] + w[i - 1]) / 2
+    return area
+
+
+def aup_table(table: pd.DataFrame, x: str = "charged_tpf", alpha: float = AUP_ALPHA) -> pd.DataFrame:
+    """One row per benchmark and method of a peers table: its AUP (aup) over its settings with a reported `x`
+    (a lossless method that fails its reference reports none and gets none), the settings counted, and the task's
+    best accuracy that W is relative to."""
+    require(table, ["model", "benchmark", "method", "family", "accuracy", x], "aup_table")
+    rows = []
+    for (model, bench), g in table.groupby(["model", "benchmark"], sort=False):
+        best = float(g["accuracy"].max())
+        for meth, h in g.groupby("method", sort=False):
+            h = h[h[x].notna()]
+            rows.append({"model": model, "benchmark": bench, "method": meth, "family": h["family"].iloc[0]
+                         if len(h) else methods.get(meth).family, "aup": aup(h[x], h["accuracy"], best, alpha),
+                         "aup_settings": len(h), "aup_best_accuracy": best})  # fmt: skip
+    return pd.DataFrame(rows, columns=["model", "benchmark", "method", "family", "aup", "aup_settings",
+                                       "aup_best_accuracy"])  # fmt: skip
+
+
 def _setting_rows(runs: pd.DataFrame, model, bench, setting: str) -> pd.DataFrame:
     """Our rows of `setting` on (model, bench), indexed by problem_id (empty when the grid lacks it)."""
     g = runs[(runs["model"] == model) & (runs["benchmark"] == bench) & (runs["algorithm"] == "ours")
@@ -304,7 +342,13 @@ def run(profile, backbone, head, n_prompts: int | None = None, out=None, progres
             f"the K = {c['K']} verify). A lossless method's speed is reported only where every output equals its "
             "reference's (reference_identical 1); the peers' wall clock is unchecked (no repeated passes).")
     paths = tables.save_table(t, figs, TABLE, digits=2, note=note)
+    a = aup_table(t)
+    paths += tables.save_table(a, figs, AUP_TABLE, digits=2, note=(
+        f"AUP (accuracy under parallelism, after d3LLM): per method and task, the area under accuracy x W(accuracy) "
+        f"against charged_tpf, W(y) = min(exp(-{AUP_ALPHA:g} (1 - y / best)), 1), best the task's best accuracy in "
+        "peers.md; from 0 to the first setting a rectangle, then trapezoids. One number per method: more settings "
+        "reach further in charged_tpf, so compare methods with their aup_settings in view."))  # fmt: skip
     fig = plot_peers(t)
     paths += save_figure(fig, figs, FIGURE)
     plt.close(fig)
-    return {"runs": runs, "table": t, "costs": c, "paths": paths}
+    return {"runs": runs, "table": t, "aup": a, "costs": c, "paths": paths}
