@@ -109,6 +109,10 @@ def test_the_preregistration_names_the_backbone_the_regime_and_every_declared_te
     assert f"GENERATOR_VERSION {chain.GENERATOR_VERSION}" in text
     assert all(f"| {c.id} | {c.group} |" in text for c in CLAIMS)
     assert "naive-mtp-collapses: its test was changed in f3c05be" in text
+    from mrp_repro.config import load_profile
+
+    bt = load_profile("chain16").backbone_training  # two phases: the warm restart is named with its settings
+    assert bt.restart_steps and f"then a warm restart of {bt.restart_steps} steps" in text
 
 
 def test_the_preregistration_refuses_another_backbones_regime_and_names_misses(tmp_path):

@@ -164,6 +164,9 @@ def test_warm_restart_from_a_finished_first_phase_equals_one_run(tmp_path):
     lrs = [r["lr"] for r in curve]
     assert len(curve) == 10 and lrs[6] < lrs[7] and abs(lrs[7] - 5e-4) < 1e-12  # warms up again, to restart_lr
     assert m_warm["phase1_from"]["dir"] == str(pub) and "phase1_from" not in m_both
+    from mrp_repro.trajectories import model_fingerprint  # what published.json records of the first phase
+
+    assert m_warm["phase1_from"]["fingerprint"] == model_fingerprint(load_backbone(pub / "model", dtype=torch.float32))
     assert sorted(p.name for p in pub.iterdir()) == ["done.json", "loss_curve.csv", "model"]  # left as it was
     with pytest.raises(ConfigError, match="not a finished backbone run"):
         train_backbone(both, tmp_path / "nodone", phase1=tmp_path / "first" / "model", **kw)

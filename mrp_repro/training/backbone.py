@@ -404,7 +404,7 @@ def _optimizer(model: SDARModel, tc, phase: int):
 
 def _load_phase1(profile: Profile, phase1: Path, model: SDARModel) -> tuple[list[dict], dict]:
     """Load a finished first phase's weights into `model`; (its loss curve rows, what done.json records of it)."""
-    from mrp_repro.released import backbone_fingerprint
+    from mrp_repro.trajectories import model_fingerprint  # the fingerprint published.json records
 
     tc = profile.backbone_training
     fix = f"pass a finished backbone directory of the first {tc.steps} steps of profile {profile.name}"
@@ -428,7 +428,7 @@ def _load_phase1(profile: Profile, phase1: Path, model: SDARModel) -> tuple[list
     where = phase1.resolve()
     if where.is_relative_to(repo_root()):  # a published record names no machine's checkout
         where = where.relative_to(repo_root())
-    return curve, {"dir": str(where), "fingerprint": backbone_fingerprint(model), "wall_s": metrics.get("wall_s")}
+    return curve, {"dir": str(where), "fingerprint": model_fingerprint(model), "wall_s": metrics.get("wall_s")}
 
 
 def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_threads, phase1) -> dict:
