@@ -107,11 +107,13 @@ def released_dir(spec: str, root: Path | None = None) -> Path:
     except ckpt_io.CheckpointError as e:  # its advice names model.local_dir, the backbone's setting: not this one
         cause = e.__cause__ or e
         pin = f" --revision {rev}" if rev else ""
+        local = f"released/{name.replace('/', '--')}"  # a directory of the user's, as printed: a command that runs
         raise ckpt_io.CheckpointError(
             f"mrp.pretrained {spec!r}: could not fetch {name}@{rev or 'main'} from the hub ({type(cause).__name__}: "
             f"{' '.join(str(cause).split())[:200]}). Download the head where the hub is reachable "
-            f"(huggingface-cli download {name}{pin} --local-dir <dir>) and set mrp.pretrained: <dir> (a local "
-            "directory in the released layout: config.json + *.safetensors), or set HF_HOME to a cache that holds it"
+            f"(huggingface-cli download {name}{pin} --local-dir {local}), copy that directory into this repository "
+            f"and set mrp.pretrained: {local} (a local directory in the released layout: config.json + "
+            "*.safetensors), or set HF_HOME to a cache that holds it"
         ) from e
 
 

@@ -166,9 +166,12 @@ def test_unfetchable_hub_head_names_mrp_pretrained_and_following_it_recovers(set
         importlib.reload(huggingface_hub.constants)
     msg = str(e.value)
     assert "\n" not in msg and "mrp.pretrained" in msg and "model.local_dir" not in msg
-    assert "--local-dir <dir>" in msg and "set mrp.pretrained: <dir>" in msg and "--revision " + "d" * 40 in msg
-    downloaded = shutil.copytree(out, tmp_path / "downloaded")  # what `huggingface-cli download --local-dir` writes
-    got = stages.head(prof.replace({"mrp.pretrained": str(downloaded)}), bb, progress=False)
+    local = "released/heavyball--sdar-x-mrp-2lyr"  # no placeholder: the printed commands run as they are
+    assert f"--local-dir {local})" in msg and f"set mrp.pretrained: {local} " in msg and "<" not in msg
+    assert "--revision " + "d" * 40 in msg
+    monkeypatch.chdir(tmp_path)  # a relative mrp.pretrained is read from where the command runs
+    shutil.copytree(out, tmp_path / local)  # what `huggingface-cli download --local-dir` writes
+    got = stages.head(prof.replace({"mrp.pretrained": local}), bb, progress=False)
     assert torch.equal(_forward(got, bb), _forward(ours.eval(), bb))
 
 

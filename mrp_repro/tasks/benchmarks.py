@@ -194,8 +194,8 @@ def _unavailable(name: str, root: Path | None, cause: BaseException | None, spli
         f"({hub[0]}{' ' + hub[1] if hub[1] else ''}, split {hub[2]}) could not be reached"
         f"{f' ({type(cause).__name__}: {cause})' if cause else ''}.\n"
         f"Provide it either way:\n"
-        f"  1. offline: pass data_dir=... or set {DATA_ENV}=/path/to/data, a folder laid out as "
-        f"<dir>/{rel} (e.g. the repository's ../shared/data; see its SOURCE.md files);\n"
+        f"  1. offline: set {DATA_ENV}=../shared/data (the repository's shared folder; see its SOURCE.md files) "
+        f"or to any folder holding {rel} (or pass data_dir=... from Python);\n"
         f"  2. online: let `datasets.load_dataset` reach the Hugging Face hub "
         f"(network access, HF_HUB_OFFLINE / HF_DATASETS_OFFLINE unset)."
     )
