@@ -223,4 +223,6 @@ def test_step_cost_cli_refuses_a_hub_profile_with_the_python_call_to_use():
 
     r = subprocess.run([sys.executable, "-m", "mrp_repro.training.online", "--profile", "sdar-mini"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert r.returncode == 1 and "step_cost(P, stages.backbone(P))" in r.stderr and "'sdar-mini'" in r.stderr
+    # a user error through run_cli: one error: line, exit status 2 (it was a bare SystemExit, status 1)
+    assert r.returncode == 2 and "step_cost(P, stages.backbone(P))" in r.stderr and "'sdar-mini'" in r.stderr
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
