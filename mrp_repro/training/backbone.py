@@ -329,6 +329,8 @@ def _save_checkpoint(out_dir: Path, step: int, model, opt, sched, curve, phase=0
 
 #: what done.json's record covers: the stage's outputs (the checkpoint is its resume state, under its own manifest)
 _OUTPUTS = ("model", "loss_curve.csv", "loss_curve.json")
+#: loss_curve.csv's columns (written each checkpoint; read back from a published first phase)
+_CURVE_FIELDS = ["step", "loss", "lr", "elapsed_s"]
 
 
 def _outputs(out_dir: Path) -> list[Path]:
@@ -421,8 +423,7 @@ def _load_phase1(profile: Profile, phase1: Path, model: SDARModel) -> tuple[list
     curve = []
     with open(phase1 / "loss_curve.csv") as fh:
         for row in csv.DictReader(fh):
-            curve.append({"step": int(row["step"]), "loss": float(row["loss"]), "lr": float(row["lr"]),
-                          "elapsed_s": float(row["elapsed_s"])})  # fmt: skip
+            curve.append({k: int(row[k]) if k == "step" else float(row[k]) for k in _CURVE_FIELDS})
     if len(curve) != tc.steps:
         raise ConfigError(f"{phase1}/loss_curve.csv has {len(curve)} rows, not {tc.steps}; {fix}")
     where = phase1.resolve()
@@ -455,7 +456,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         raise ConfigError(f"phase1={phase1} needs backbone_training.restart_steps > 0 (profile {profile.name} has "
                           "none)")  # fmt: skip
 
-    start, curve, prev_elapsed, phase1_record = 0, [], 0.0, None
+    start, curve, prev_elapsed, phase1_record, opt_phase, st = 0, [], 0.0, None, 0, None
     latest = _latest_checkpoint(out_dir) if resume else None
     if latest is not None:
         fix = (
@@ -466,20 +467,16 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         model.load_state_dict(sd)
         st = ckpt_io.load_state(latest / "state.pt", fix)
         opt_phase = st.get("phase", 0)  # a checkpoint at the boundary holds the first phase's optimizer
-        opt, sched = _optimizer(model, tc, opt_phase)
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        torch.set_rng_state(st["torch_rng"])
         start, curve, phase1_record = st["step"], st["curve"], st.get("phase1")
         prev_elapsed = curve[-1]["elapsed_s"] if curve else 0.0
     elif phase1 is not None:
         curve, phase1_record = _load_phase1(profile, Path(phase1), model)
-        start, prev_elapsed = tc.steps, curve[-1]["elapsed_s"]
-        opt_phase = 1
-        opt, sched = _optimizer(model, tc, opt_phase)
-    else:
-        opt_phase = 0
-        opt, sched = _optimizer(model, tc, opt_phase)
+        start, prev_elapsed, opt_phase = tc.steps, curve[-1]["elapsed_s"], 1
+    opt, sched = _optimizer(model, tc, opt_phase)
+    if st is not None:  # the checkpoint's optimizer, scheduler and RNG
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        torch.set_rng_state(st["torch_rng"])
     model.train()
 
     n_params = count_parameters(model)
@@ -519,7 +516,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         stopping = stop_after is not None and ran >= stop_after and step < total
         if step % tc.ckpt_every == 0 or step == total or stopping:
             _save_checkpoint(out_dir, step, model, opt, sched, curve, opt_phase, phase1_record)
-            write_curve(out_dir, curve, ["step", "loss", "lr", "elapsed_s"], curve)
+            write_curve(out_dir, curve, _CURVE_FIELDS, curve)
         if stopping:
             break
     if bar is not None:
@@ -532,7 +529,7 @@ def _train_backbone(profile, out_dir: Path, progress, resume, stop_after, num_th
         ckpt_io.save_backbone(model, tmp, extra_config={"mask_token_id": mask_id, "eos_token_id": eos_token_ids(tok)})
         save_tokenizer(tok, tmp)
         integrity.seal(tmp)
-    write_curve(out_dir, curve, ["step", "loss", "lr", "elapsed_s"], curve)
+    write_curve(out_dir, curve, _CURVE_FIELDS, curve)
     tail = [c["loss"] for c in curve[-max(1, len(curve) // 20) :]]
     metrics = {
         "finished": True,
