@@ -266,10 +266,10 @@ def aup_table(table: pd.DataFrame, x: str = "charged_tpf", alpha: float = AUP_AL
     for (model, bench), g in table.groupby(["model", "benchmark"], sort=False):
         best = float(g["accuracy"].max())
         for meth, h in g.groupby("method", sort=False):
-            h = h[h[x].notna()]
-            rows.append({"model": model, "benchmark": bench, "method": meth, "family": h["family"].iloc[0]
-                         if len(h) else methods.get(meth).family, "aup": aup(h[x], h["accuracy"], best, alpha),
-                         "aup_settings": len(h), "aup_best_accuracy": best})  # fmt: skip
+            family, h = h["family"].iloc[0], h[h[x].notna()]
+            rows.append({"model": model, "benchmark": bench, "method": meth, "family": family,
+                         "aup": aup(h[x], h["accuracy"], best, alpha), "aup_settings": len(h),
+                         "aup_best_accuracy": best})  # fmt: skip
     return pd.DataFrame(rows, columns=["model", "benchmark", "method", "family", "aup", "aup_settings",
                                        "aup_best_accuracy"])  # fmt: skip
 
