@@ -26,17 +26,38 @@ def test_splits_are_disjoint_prompts_padded_and_sampled_answers_correct(task):
     assert sum(lengths) / len(lengths) >= 64  # issue 34: answers of at least 4 blocks of 16
 
 
-def test_math_order_is_uncertain_and_carried():
-    p = synthetic.generate("chain-math", "test", 1, 1, 16)[0]
-    answers = {synthetic.sample_answer(p, random.Random(s)) for s in range(50)}
-    assert len(answers) > 1  # genuine variation in order and words
+def test_math_writes_the_units_column_and_carries_each_result():
+    assert chain.math_step(37, 48) == "37+48: 7+8=15, so 85."
+    assert chain.math_step(85, -27) == "85-27: 15-7=8, so 58."  # a borrow: the column's 1 written out
+    assert chain.math_step(85, -23) == "85-23: 5-3=2, so 62."
+    for p in synthetic.generate("chain-math", "test", 50, 1, 16):
+        assert len(p.extra["terms"]) >= chain.MATH_N_TERMS[0]
+        value = p.extra["start"]
+        for t in p.extra["terms"]:
+            value += t
+            assert chain.MATH_VALUE[0] <= value <= chain.MATH_VALUE[1]  # two digits all along
+        assert str(value) == p.reference
     a = chain.canonical_answer(p)
+    assert {synthetic.sample_answer(p, random.Random(s)) for s in range(5)} == {a}  # one answer: no ties by design
     # a wrong carried value breaks the chain and (here) the final answer
-    first = p.extra["start"] + sorted(p.extra["terms"], key=abs)[0]
-    broken = a.replace(f"={first}.", f"={first + 1}.", 1)
-    assert chain.score(p, broken, execute=False)["valid_chain"] is False
+    first = p.extra["start"] + p.extra["terms"][0]
+    broken = a.replace(f"so {first}. {first}", f"so {first}. {first + 1}", 1)
+    assert broken != a and chain.score(p, broken, execute=False)["valid_chain"] is False
     assert chain.score(p, a, execute=False)["correct"]
     assert not chain.score(p, a.rsplit("#### ", 1)[0] + "#### 1000", execute=False)["correct"]
+
+
+def test_code_names_have_a_graded_majority():
+    took_first = [0] * len(chain.NAME_MAJORITY)  # statement k took the first name its predecessors left unused
+    rng, n = random.Random(0), 4000
+    for _ in range(n):
+        names = chain._names(len(chain.NAME_MAJORITY), rng)
+        assert len(set(names)) == len(names)
+        for k, name in enumerate(names):
+            took_first[k] += name == next(x for x in chain.NAMES if x not in names[:k])
+    for k, q in enumerate(chain.NAME_MAJORITY):
+        assert abs(took_first[k] / n - q) < 0.03, (k, took_first[k] / n, q)
+    assert chain.NAME_MAJORITY[0] > 0.9 and 0.5 < chain.NAME_MAJORITY[-1] < 0.6  # sure first, barely a majority last
 
 
 def test_code_runs_in_the_sandbox_and_a_misspelled_name_fails():
@@ -44,9 +65,11 @@ def test_code_runs_in_the_sandbox_and_a_misspelled_name_fails():
     a = chain.canonical_answer(p)
     assert chain.score(p, a)["correct"]  # executed in the sandbox against the prompt's function
     body, last = a.rsplit(" return ", 1)
-    wrong = body + " return " + ("tot" if last != "tot" else "acc")  # another defined name: a wrong value
-    assert wrong != a
+    # another defined name, one whose value differs on the check's inputs (in-process, on our own text)
+    others = [body + " return " + n for n in chain.NAMES[: len(p.extra["statements"])] if n != last]
+    wrong = next(w for w in others if not chain.score(p, w, execute=False)["correct"])
     assert not chain.score(p, wrong)["correct"]
+    assert not chain.score(p, body + " return nosuch")["correct"]  # a name never defined
     assert not chain.score(p, "while True: pass")["correct"]
 
 

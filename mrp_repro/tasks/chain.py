@@ -1,23 +1,26 @@
 """Synthetic tasks whose answer tokens depend on each other: a carried number, a name defined and then used.
 
 The stand-in of issue 34 (profile ``chain16``). Unlike the multiset tasks of :mod:`synthetic` (list slots that tie
-by design), every answer here is a chain: each step's tokens are fixed by what came before, and the genuine
-uncertainty (which term next, which phrasing, which name) moves every later token.
+by design), every answer here is a chain: each step's tokens are fixed by what came before.
 
 ``chain-math``  (stand-in for GSM8K; scored on the final answer, GSM8K's ``#### N`` extraction)
-    prompt ``Q:37,+5,-8,+9,-4=`` (a start value, then 3-5 signed terms, padded with ``.`` to whole blocks)
-    answer ``Start at 37. Then 37-4=33. Next 33+5=38. Then 38-8=30. Now 30+9=39. #### 39``: the terms are applied
-    smallest magnitude first, noisily (sort key ``|x| + N(0, ORDER_NOISE)``), so how sure the next term is depends
-    on the gaps between the prompt's terms (0.5 for a near tie, ~0.99 for a gap of 7), and each running value is
-    carried into the next step. The step words vary (``Then``/``Next``/``Now``, skewed), which moves every later
-    character of the step.
+    prompt ``Q:37,+48,-25,+16=`` (a two-digit start, then 3-4 signed two-digit terms, every running value two
+    digits, padded with ``.`` to whole blocks)
+    answer ``37+48: 7+8=15, so 85. 85-25: 5-5=0, so 60. 60+16: 0+6=6, so 76. #### 76``: each term is applied in the
+    prompt's order, its units column written out (``15-7=8`` for a borrow), its tens "in the head", and each
+    result is carried into the next step. The result after ``so`` is easy once its column is revealed and a
+    two-digit sum in the head without it: the uncertainty that makes SDAR's fast decoding lossy, a token revealed
+    before the tokens it is computed from being only as good as the model's mental arithmetic. (Version 2's
+    uncertainty was in the order of the terms and the step words, ambiguities a calibrated model does not reveal
+    above tau: its fast decoding lost nothing, docs/regime-chain16.md.)
 
 ``chain-code``  (stand-in for HumanEval; executed in :mod:`sandbox` against the true function)
-    prompt ``Q:a+b;1*c;a-2;3+1=`` (4-6 statements over the arguments a, b, c and earlier results: digit k names
-    statement k's value)
-    answer ``def f(a,b,c):\\n tot=a+b\\n acc=tot*c\\n val=a-acc\\n res=val+tot\\n return res``: each statement
-    gets a name drawn without replacement from a skewed pool, and every later use must spell that name;
-    commutative operands are written in either order (prompt order 0.7).
+    prompt ``Q:a+b;1*c;a-2;3+1;2-b=`` (5-6 statements over the arguments a, b, c and earlier results: digit k
+    names statement k's value)
+    answer ``def f(a,b,c):\\n tot=a+b\\n acc=tot*c\\n val=a-acc\\n ... return res``: statement k is named the
+    first unused name of NAMES with probability NAME_MAJORITY[k] (0.95 falling to 0.55: a majority, sure for the
+    first statements and barely for the last), another unused one otherwise, and every later use must spell that
+    name; commutative operands are written in either order (prompt order 0.7).
 
 Splits are disjoint by construction (a problem's key, its prompt body, hashes into train / val / test). Bump
 GENERATOR_VERSION when the generated problems change, so a cached backbone trained on other data is not reused.
@@ -33,24 +36,24 @@ from .benchmarks import Problem
 from .splits import SPLITS, split_of_key
 
 TASKS = ("chain-math", "chain-code")
-GENERATOR_VERSION = 2  # 2: one-digit terms, order noise 2 (v1: terms 2-49 were beyond a 1.3M model in 2400 steps)
+# 3: math in the prompt's order with its units column written, code names with a graded majority, 5-6 statements
+# (2: one-digit terms applied smallest first, noisily; names from a flat pool: math lost nothing to fast decoding,
+# code saturated at 100% and lost half to two tokens a forward, docs/regime-chain16.md)
+GENERATOR_VERSION = 3
 PAD = "."
 
 # chain-math
-MATH_START = (20, 99)
-MATH_TERM = (2, 9)
-MATH_N_TERMS = (3, 5)
-MATH_MAX_VALUE = 199  # every running value stays in [0, MATH_MAX_VALUE] whatever the order
-ORDER_NOISE = 2.0  # sd of the noise on the sort key |x|: a gap of 3 puts the smaller first with p 0.86
-STEP_WORDS = (("Then ", 0.6), ("Next ", 0.25), ("Now ", 0.15))
+MATH_VALUE = (10, 99)  # the start and every running value: two digits, so every step has two columns
+MATH_TERM = (11, 89)  # a term's magnitude: two digits
+MATH_N_TERMS = (3, 4)
 
 # chain-code
 CODE_ARGS = "abc"
-CODE_N_STATEMENTS = (4, 6)
+CODE_N_STATEMENTS = (5, 6)
 CODE_OPS = "+-*"
 CODE_MAX_MULS = 2  # keeps values small enough to print
-NAMES = (("tot", 0.35), ("acc", 0.2), ("val", 0.13), ("res", 0.1), ("tmp", 0.08), ("out", 0.06), ("cur", 0.05),
-         ("num", 0.03))  # fmt: skip
+NAMES = ("tot", "acc", "val", "res", "tmp", "out", "cur", "num")  # in order of preference
+NAME_MAJORITY = (0.95, 0.85, 0.75, 0.65, 0.55, 0.55)  # P(statement k takes the first unused name)
 SWAP_COMMUTATIVE = 0.3  # a commutative statement is written in the other operand order with this probability
 
 _STOP = re.compile(r"<\|")  # an answer ends at the first special token (EOS)
@@ -64,7 +67,7 @@ def prompt_len(task: str, block_size: int) -> int:
     """Prompt length at ``block_size``: the longest prompt body plus ``=``, rounded up to whole blocks."""
     _check_task(task)
     if task == "chain-math":
-        core = 2 + 2 + MATH_N_TERMS[1] * (2 + len(str(MATH_TERM[1]))) + 1  # Q: + start + ",+x" per term + =
+        core = 2 + 2 + MATH_N_TERMS[1] * (2 + 2) + 1  # Q: + start + ",+xy" per term + =
     else:
         core = 2 + CODE_N_STATEMENTS[1] * 4 - 1 + 1  # Q: + "a+b;" per statement (no trailing ;) + =
     return _round_up(core, block_size)
@@ -80,12 +83,15 @@ def _check_task(task: str) -> None:
 
 def _draw_math(rng: random.Random) -> dict:
     while True:
-        start = rng.randint(*MATH_START)
-        n = rng.randint(*MATH_N_TERMS)
-        terms = [rng.choice((1, -1)) * rng.randint(*MATH_TERM) for _ in range(n)]
-        neg = -sum(t for t in terms if t < 0)
-        pos = sum(t for t in terms if t > 0)
-        if start - neg >= 0 and start + pos <= MATH_MAX_VALUE and len({abs(t) for t in terms}) == n:
+        start = rng.randint(*MATH_VALUE)
+        terms, value = [], start
+        for _ in range(rng.randint(*MATH_N_TERMS)):
+            t = rng.choice((1, -1)) * rng.randint(*MATH_TERM)
+            if not MATH_VALUE[0] <= value + t <= MATH_VALUE[1]:
+                break
+            terms.append(t)
+            value += t
+        else:
             body = f"{start}," + ",".join(f"{t:+d}" for t in terms)
             return {"key": f"chain-math:{body}", "body": body, "start": start, "terms": terms}
 
@@ -153,18 +159,22 @@ def generate(task: str, split: str, n: int, seed: int, block_size: int) -> list[
 # ----------------------------------------------------------------------------- answers
 
 
-def _weighted(rng: random.Random, options) -> str:
-    words, weights = zip(*options, strict=True)
-    return rng.choices(words, weights=weights, k=1)[0]
+def math_step(value: int, term: int) -> str:
+    """One step of a chain-math answer, its units column written out, its tens done "in the head":
+    ``37+48: 7+8=15, so 85.``, ``85-27: 15-7=8, so 58.`` (a borrow), ``85-23: 5-3=2, so 62.``"""
+    a1, b1, new = value % 10, abs(term) % 10, value + term
+    if term > 0:
+        col = f"{a1}+{b1}={a1 + b1}"
+    else:
+        col = f"1{a1}-{b1}={10 + a1 - b1}" if a1 < b1 else f"{a1}-{b1}={a1 - b1}"
+    return f"{value}{'+' if term > 0 else '-'}{abs(term)}: {col}, so {new}."
 
 
-def _math_answer(problem: Problem, order: list[int], words: list[str]) -> str:
-    value = problem.extra["start"]
-    parts = [f"Start at {value}."]
-    for t, word in zip(order, words, strict=True):
-        new = value + t
-        parts.append(f"{word}{value}{'+' if t > 0 else '-'}{abs(t)}={new}.")
-        value = new
+def _math_answer(problem: Problem) -> str:
+    value, parts = problem.extra["start"], []
+    for t in problem.extra["terms"]:
+        parts.append(math_step(value, t))
+        value += t
     parts.append(f"#### {value}")
     return " ".join(parts)
 
@@ -183,36 +193,37 @@ def _code_answer(problem: Problem, names: list[str], swaps: list[bool]) -> str:
     return "\n".join(lines)
 
 
-def sample_answer(problem: Problem, rng: random.Random) -> str:
-    """A random valid answer, drawn from the training distribution the module docstring describes."""
-    if problem.benchmark == "chain-math":
-        terms = problem.extra["terms"]
-        order = sorted(terms, key=lambda t: abs(t) + rng.gauss(0.0, ORDER_NOISE))
-        words = [_weighted(rng, STEP_WORDS) for _ in terms]
-        return _math_answer(problem, order, words)
-    n = len(problem.extra["statements"])
-    pool = list(NAMES)
-    names = []
-    for _ in range(n):
-        name = _weighted(rng, pool)
+def _names(n: int, rng: random.Random) -> list[str]:
+    """Statement k takes the first unused name with probability NAME_MAJORITY[k], another unused one otherwise."""
+    unused, names = list(NAMES), []
+    for k in range(n):
+        name = unused[0] if rng.random() < NAME_MAJORITY[k] else rng.choice(unused[1:])
         names.append(name)
-        pool = [(w, p) for w, p in pool if w != name]
-    return _code_answer(problem, names, [rng.random() < SWAP_COMMUTATIVE for _ in range(n)])
+        unused.remove(name)
+    return names
+
+
+def sample_answer(problem: Problem, rng: random.Random) -> str:
+    """A random valid answer, drawn from the training distribution the module docstring describes (chain-math has
+    one)."""
+    if problem.benchmark == "chain-math":
+        return _math_answer(problem)
+    n = len(problem.extra["statements"])
+    return _code_answer(problem, _names(n, rng), [rng.random() < SWAP_COMMUTATIVE for _ in range(n)])
 
 
 def canonical_answer(problem: Problem) -> str:
-    """The most likely answer's shape: terms by magnitude, the first step word, names in pool order, no swaps."""
+    """The most likely answer: chain-math's only one; chain-code's names in NAMES order, no swaps."""
     if problem.benchmark == "chain-math":
-        terms = sorted(problem.extra["terms"], key=abs)
-        return _math_answer(problem, terms, [STEP_WORDS[0][0]] * len(terms))
+        return _math_answer(problem)
     n = len(problem.extra["statements"])
-    return _code_answer(problem, [w for w, _ in NAMES[:n]], [False] * n)
+    return _code_answer(problem, list(NAMES[:n]), [False] * n)
 
 
 def alphabet() -> str:
     """Every character the prompts and answers of both tasks use."""
-    chars = set("Q:=,;.+-*# ()\n" + PAD + "0123456789" + CODE_ARGS + "".join(w for w, _ in NAMES))
-    chars |= set("Start at" + "".join(w for w, _ in STEP_WORDS) + "def return")
+    chars = set("Q:=,;.+-*# ()\n" + PAD + "0123456789" + CODE_ARGS + "".join(NAMES))
+    chars |= set("so" + "def return")
     return "".join(sorted(chars))
 
 
@@ -252,26 +263,10 @@ def code_program(problem: Problem, text: str) -> str:
     return text + "\n\n" + problem.reference + f"\n\ncheck({problem.entry_point})\n"
 
 
-_MATH_STEP = re.compile(r"(?:Then |Next |Now )(-?\d+)([+-])(\d+)=(-?\d+)\.")
-
-
 def _math_chain_valid(problem: Problem, text: str) -> bool:
-    """Every step's arithmetic right, each carried value the previous result, every prompt term used once."""
-    head, sep, tail = text.partition("####")
-    if not sep or not head.startswith(f"Start at {problem.extra['start']}."):
-        return False
-    value, used = problem.extra["start"], []
-    rest = head[len(f"Start at {problem.extra['start']}.") :].strip()
-    steps = _MATH_STEP.findall(rest)
-    if " ".join(m.group(0) for m in _MATH_STEP.finditer(rest)) != rest:  # nothing but well-formed steps
-        return False
-    for left, sign, x, result in steps:
-        t = int(x) if sign == "+" else -int(x)
-        if int(left) != value or int(result) != value + t:
-            return False
-        value = int(result)
-        used.append(t)
-    return sorted(used) == sorted(problem.extra["terms"]) and tail.strip() == str(value)
+    """Every step as math_step writes it (its columns right, each carried value the previous result, the prompt's
+    terms in order) and the final answer the last result."""
+    return text == _math_answer(problem)
 
 
 def score(problem: Problem, output_text: str, execute: bool = True) -> dict:
