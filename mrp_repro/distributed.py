@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from mrp_repro import integrity
 from mrp_repro.errors import UserError
 
 __all__ = ["Dist", "init", "current", "launch", "without_nproc", "RankFailed", "ERROR_FILE_ENV"]
@@ -187,6 +188,7 @@ def launch(module: str, args: Sequence[str], nproc: int, log_dir: str | os.PathL
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=log_dir))
+    os.chmod(run_dir, integrity.dir_mode())  # mkdtemp's 0700 would hide the logs from the umask's readers
     errors = run_dir / "errors"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            f"--log-dir={run_dir}", "--redirects=3", "--tee=0:3", "--max-restarts=0",

@@ -13,6 +13,7 @@
     with integrity.stage_lock(d, "backbone"): ...   # fcntl.flock on d/.lock; a second holder gets StageLocked
     integrity.make_dir(d)                           # d created, refused (LinkRefused) when it is a symbolic link
     integrity.remove_stale_temps(path)              # what a killed atomic_dir/atomic_file left beside path
+    integrity.remove_stale_temps_in(d)              # the same for every name in d (under d's stage_lock)
     integrity.file_mode(), integrity.dir_mode()     # 0o666 / 0o777 less the umask: what open() and mkdir() give
 
 Hash cache. A file's sha256 is cached in this process keyed by (device, inode, size, mtime_ns, ctime_ns): a file
@@ -53,7 +54,8 @@ from mrp_repro.errors import UserError
 
 __all__ = ["MANIFEST", "IntegrityError", "StageLocked", "LinkRefused", "stat_key", "sha256", "git_blob_sha1",
            "listed_files", "record", "problems", "seal", "read_manifest", "verify_dir", "write_sidecar",
-           "sidecar_problem", "atomic_file", "atomic_dir", "stage_lock", "remove_stale_temps", "file_mode",
+           "sidecar_problem", "atomic_file", "atomic_dir", "stage_lock", "remove_stale_temps", "remove_stale_temps_in",
+           "file_mode",
            "dir_mode", "make_dir"]  # fmt: skip
 
 MANIFEST = "integrity.json"
@@ -330,6 +332,26 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     gone = []
     for f in path.parent.glob(f".{glob.escape(path.name)}.*"):
         if f.suffix not in (".tmp", ".old"):
+            continue
+        if f.is_dir() and not f.is_symlink():
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            f.unlink(missing_ok=True)
+        gone.append(f)
+    return gone
+
+
+def remove_stale_temps_in(d: str | os.PathLike) -> list[Path]:
+    """remove_stale_temps for every name in directory `d` at once: each `.<name>.*.tmp` / `.<name>.*.old` entry
+    directly in `d` (what atomic_file / atomic_dir of a killed process left there). Only safe while holding `d`'s
+    stage_lock with no other writer of `d` (torchrun ranks writing shards side by side are such writers: their
+    stages do not call it)."""
+    d = Path(d)
+    if not d.is_dir():
+        return []
+    gone = []
+    for f in d.iterdir():
+        if not (f.name.startswith(".") and f.suffix in (".tmp", ".old") and f.name.count(".") >= 3):
             continue
         if f.is_dir() and not f.is_symlink():
             shutil.rmtree(f, ignore_errors=True)

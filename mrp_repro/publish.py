@@ -148,7 +148,6 @@ def publish(profile: Profile, src_root: str | os.PathLike, backbone_only: bool =
         }
     rec["machine_note"] = "trained.machine: CPU model and cores of the machine that ran `mrp_repro.publish`"
     write_json_atomic(tmp / published.MANIFEST, rec)
-    os.chmod(tmp / published.MANIFEST, 0o644)  # written private (mkstemp); it is a file of the repository
     old = root / f".{profile.name}.old"
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():

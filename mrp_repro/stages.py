@@ -274,6 +274,7 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
     if distributed.current().active:  # the ranks write their own shards (trajectory_store): no lock
         return _trajectories(profile, bb, source, out, progress)
     with integrity.stage_lock(out, f"trajectory collection ({source}) of profile {profile.name}"):
+        integrity.remove_stale_temps_in(out)  # a killed run's half-written shard or manifest (the lock is ours)
         return _trajectories(profile, bb, source, out, progress)
 
 
@@ -351,6 +352,7 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
     if distributed.current().active:  # ranks share the directory through files (rank 0 writes): no lock
         return _train_head(profile, bb, out, progress, allow_backbone_mismatch)
     with integrity.stage_lock(out, f"head training of profile {profile.name}"):  # a second process: StageLocked
+        integrity.remove_stale_temps_in(out)  # a killed run's half-written checkpoint or head (the lock is ours)
         return _train_head(profile, bb, out, progress, allow_backbone_mismatch)
 
 

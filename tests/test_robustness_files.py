@@ -242,6 +242,45 @@ def test_remove_stale_temps_takes_only_the_targets_temporaries(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".model.abc.tmpx", ".modelx.abc.tmp", "model.abc.tmp"]
 
 
+def test_remove_stale_temps_in_takes_every_atomic_temporary_of_the_directory(tmp_path):
+    for name in (".ckpt-100.k1ll3d.tmp", ".model.x.old", ".shard-00003.parquet.ab12.tmp", ".lock", ".other.tmp",
+                 "ckpt-100", "done.json.tmp"):  # fmt: skip
+        (tmp_path / name).mkdir()
+    gone = sorted(p.name for p in integrity.remove_stale_temps_in(tmp_path))
+    assert gone == [".ckpt-100.k1ll3d.tmp", ".model.x.old", ".shard-00003.parquet.ab12.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", ".other.tmp", "ckpt-100", "done.json.tmp"]
+
+
+def _stale(d: Path) -> Path:
+    """What a SIGKILL inside atomic_dir leaves in a run directory (no finally runs)."""
+    stale = d / ".ckpt-2.k1ll3d.tmp"
+    stale.mkdir(parents=True)
+    (stale / "model.safetensors").write_bytes(b"\0" * 1000)
+    return stale
+
+
+def test_each_stage_removes_a_killed_runs_temporaries_from_its_directory(tmp_runs, monkeypatch):
+    """Backbone training, trajectory collection and head training each hold their directory's lock and clear what a
+    killed run of theirs left there (it was left for good: nothing else removes a run directory's dot-names)."""
+    from mrp_repro.training import backbone as tb
+
+    p = load_profile("smoke").replace({"backbone_training.steps": 2, "backbone_training.ckpt_every": 1})
+    out = tmp_runs / "bb"
+    stale = _stale(out)
+    tb.train_backbone(p, out, progress=False)
+    assert not stale.exists() and (out / "done.json").exists()
+
+    bb = stages.random_backbone(p)
+    monkeypatch.setattr(stages, "_trajectories", lambda profile, bb, source, out, progress: out)
+    monkeypatch.setattr(stages, "_train_head", lambda profile, bb, out, progress, allow: out)
+    d = stages.trajectories_dir(p, bb, "gt")
+    stale = _stale(d)
+    assert stages.trajectories(p, bb, "gt", progress=False) == d and not stale.exists()
+    d = stages.head_dir(p, bb)
+    stale = _stale(d)
+    assert stages.train_head(p, bb, progress=False) == d and not stale.exists()
+
+
 # ----------------------------------------------------------------------------- modes follow the umask
 
 
@@ -272,6 +311,15 @@ def test_outputs_get_the_modes_the_umask_gives(tmp_path, umask):
     assert got == dict.fromkeys(got, want_file), (oct(umask), {k: oct(v) for k, v in got.items()})
     assert _mode(tmp_path / "d") == want_dir, oct(_mode(tmp_path / "d"))
     assert integrity.file_mode() == want_file and integrity.dir_mode() == want_dir
+
+
+def test_torchrun_log_directories_get_the_umasks_mode(tmp_path, umask, monkeypatch):
+    from mrp_repro import distributed
+
+    monkeypatch.setattr(distributed, "_run_showing_stderr", lambda cmd, env, timeout_s: (0, ""))
+    distributed.launch("mrp_repro.stages", ["backbone"], 2, tmp_path / "logs")
+    (run_dir,) = (tmp_path / "logs").iterdir()
+    assert _mode(run_dir) == 0o777 & ~umask, oct(_mode(run_dir))
 
 
 # ----------------------------------------------------------------------------- advice runs as printed

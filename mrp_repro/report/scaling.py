@@ -87,12 +87,16 @@ def main(argv: list[str] | None = None) -> None:
     profile = load_profile(a.profile, over)
     param = a.profile
     if over:  # the subprocesses read a profile file: this one, with the override
+        import atexit
+        import shutil
         import tempfile
 
         import yaml
 
         base = str(Path(a.profile).resolve()) if Path(a.profile).suffix in (".yaml", ".yml") else a.profile
-        f = Path(tempfile.mkdtemp()) / "scaling-override.yaml"  # not <name>.yaml: `extends` would find itself
+        tmp = tempfile.mkdtemp(prefix="mrp_scaling_")
+        atexit.register(shutil.rmtree, tmp, True)  # the subprocesses read it until this process ends
+        f = Path(tmp) / "scaling-override.yaml"  # not <name>.yaml: `extends` would find itself
         f.write_text(yaml.safe_dump({"extends": base, "name": profile.name, "evaluation": {"n_prompts": a.n_prompts}}))
         param = str(f)
         profile = load_profile(param)

@@ -386,6 +386,7 @@ def train_backbone(
     out_dir = integrity.make_dir(out_dir)  # a run directory that is a symbolic link is refused (LinkRefused)
     # one process trains a directory: a second one gets StageLocked naming the first's PID, and does nothing
     with integrity.stage_lock(out_dir, f"backbone training of profile {profile.name}"):
+        integrity.remove_stale_temps_in(out_dir)  # a killed run's half-written checkpoint or model (the lock is ours)
         return _train_backbone(profile, out_dir, progress, resume, stop_after, num_threads, phase1)
 
 
