@@ -17,6 +17,7 @@ the rank, its exit status and its log.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import re
@@ -122,7 +123,17 @@ def init() -> Dist:
     # (NCCL 10 min, gloo 30 min): the timeout is $MRP_REPRO_DIST_TIMEOUT_S, default 24 h.
     timeout = datetime.timedelta(seconds=float(os.environ.get("MRP_REPRO_DIST_TIMEOUT_S", 24 * 3600)))
     dist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout)
+    atexit.register(_leave)
     return current()
+
+
+def _leave() -> None:
+    """Destroy the process group before the interpreter exits. Left to interpreter shutdown, a gloo rank whose work
+    had finished sometimes died of SIGABRT ("terminate called without an active exception": its communication
+    threads were still joinable when their destructor ran), which fails the launch after every result was written
+    (seen in tests/test_ddp_training.py on a loaded machine)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def without_nproc(argv: Sequence[str]) -> list[str]:

@@ -101,3 +101,32 @@ def test_a_dead_rank_fails_the_launch_naming_it_and_nothing_is_merged(tmp_path, 
 def test_without_nproc_drops_both_spellings():
     argv = ["head", "--profile", "smoke", "--nproc", "2", "--no-progress", "--nproc=3"]
     assert distributed.without_nproc(argv) == ["head", "--profile", "smoke", "--no-progress"]
+
+
+
+def test_init_registers_leaving_the_process_group_at_exit(tmp_path, monkeypatch):
+    """distributed.init registers _leave with atexit, and _leave destroys the group (a gloo rank left to
+    interpreter shutdown sometimes died of SIGABRT after its work was written). One rank on a file store stands in
+    for torchrun's group."""
+    import atexit
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    def one_rank_group(backend, timeout):
+        distributed_c10d.init_process_group(backend, init_method=f"file://{tmp_path / 'store'}", rank=0,
+                                            world_size=1, timeout=timeout)  # fmt: skip
+
+    registered = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # init joins a group only for a world over 1
+    monkeypatch.setattr(dist, "init_process_group", one_rank_group)
+    try:
+        distributed.init()
+        assert registered == [distributed._leave] and dist.is_initialized()
+        distributed._leave()
+        assert not dist.is_initialized()
+        distributed._leave()  # the group already gone: a no-op
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
