@@ -74,7 +74,7 @@ test-random: setup
 # (ATEN_CPU_CAPABILITY), MKL's code path and oneDNN's ISA held to AVX2. `make test` is the native run. What cannot be
 # emulated (arm64, AMX, a GPU): docs/portability.md. Left out (-k): Triton's import, dispatch and benchmark plumbing,
 # and its split-count tests (the Triton interpreter computes in numpy, not in ATen's kernels).
-PORTABLE_TESTS := tests/test_lossless_bf16.py tests/test_upstream.py tests/test_kernels.py tests/test_determinism.py \
+PORTABLE_TESTS := tests/test_lossless_bf16.py tests/test_mrp_tree.py tests/test_upstream.py tests/test_kernels.py tests/test_determinism.py \
   tests/test_adjacent.py tests/test_published.py
 PORTABLE_K := not import_without_triton and not bench and not dispatch and not split
 PORTABLE_CAPS ?= avx2 default

@@ -338,6 +338,19 @@ def _spiffy_prepare(dynamic: bool):
     return prepare
 
 
+def _tree_build(head, D, verify="exact"):
+    from mrp_repro.decoding.mrp_tree import SpeculativeTree
+
+    return SpeculativeTree(D, head=head, verify=verify)
+
+
+def _tree_grid(profile, head):
+    """The draft tree at the verify rows of every draft graph (spiffy's D = K and 2K) that has room for one (D >= 3)."""
+    if not _ours(profile) or head is None:
+        return []
+    return [s for s in _spiffy_grid(profile, head) if s["D"] >= 3]
+
+
 def _wino_build(head, tau1, tau2):
     from mrp_repro.decoding.peers_wino import Wino
 
@@ -415,6 +428,10 @@ def _declare() -> None:
              ("dynamic",), prepare=_spiffy_prepare(True), cite="Spiffy arXiv 2509.18085"))  # fmt: skip
     R(Method("wino", "peer", "remask", _wino_build, _wino_grid, "WINO revocation", controls=("dynamic", "remask"),
              cite="WINO arXiv 2507.18578"))  # fmt: skip
+    # beyond the peers: MRP's drafts as a tree, at the draft graphs' verify rows
+    R(Method("speculative-mrp-tree", "ours", "speculative", _tree_build, _tree_grid, "MRP draft tree", STATIC1,
+             ("speculative-mrp", "spiffy", "speculative-naive"), runs=peers,
+             cite="issue 37: the head's top 2 at its first draft, at a draft graph's verify rows"))  # fmt: skip
 
 
 _declare()

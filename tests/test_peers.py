@@ -45,7 +45,7 @@ def test_the_grid_holds_every_declared_method_and_records_extra_rows(smoke_profi
     bb, head = models
     want = peers.grid_methods(smoke_profile, head)
     assert set(want) >= {"static", "dynamic", "speculative-naive", "speculative-mrp", "remask", "spiffy",
-                         "spiffy-dynamic", "wino"}  # fmt: skip
+                         "spiffy-dynamic", "wino", "speculative-mrp-tree"}  # fmt: skip
     method = runs["method"].fillna("")
     assert set(method) - {""} == set(want) and set(runs.loc[method == "", "setting"]) == {"peer_static(1)"}
     assert set(runs["algorithm"]) == {"ours", "peer"}
@@ -54,7 +54,11 @@ def test_the_grid_holds_every_declared_method_and_records_extra_rows(smoke_profi
     assert (s == ps.loc[s.index]).all() and runs.loc[runs["algorithm"] == "peer", "identical_to_static"].any()
     by = runs.groupby("method")[["extra_rows", "denoise_forwards"]].sum()
     assert (by.loc[["static", "dynamic", "remask"], "extra_rows"] == 0).all()
-    assert (by.loc[["speculative-naive", "speculative-mrp", "spiffy", "spiffy-dynamic"], "extra_rows"] > 0).all()
+    assert (by.loc[["speculative-naive", "speculative-mrp", "spiffy", "spiffy-dynamic", "speculative-mrp-tree"],
+                   "extra_rows"] > 0).all()  # fmt: skip
+    # the MRP draft tree at each draft graph's verify rows (D = K and 2K, at least 3)
+    tree = runs[runs["method"] == "speculative-mrp-tree"]
+    assert sorted(set(tree["K"])) == sorted(set(runs.loc[runs["method"] == "spiffy", "K"]))
     assert by.loc["wino", "extra_rows"] == by.loc["wino", "denoise_forwards"]  # its shadow block: one row a forward
     # the graph of D = 2K verifies more rows a round than the chain's K
     spiffy = runs[runs["method"] == "spiffy"].groupby("K")["extra_rows"].sum()
@@ -67,7 +71,8 @@ def test_the_table_charges_rows_and_reports_no_speed_of_a_failed_lossless_method
     assert list(t.columns) == [c for c in peers.PEERS_COLUMNS if c != "setting"]
     assert "peer_static(1)" not in t.index
     lossless = t[t["reference"] != ""]
-    assert set(lossless["method"]) == {"speculative-naive", "speculative-mrp", "spiffy", "spiffy-dynamic"}
+    assert set(lossless["method"]) == {"speculative-naive", "speculative-mrp", "spiffy", "spiffy-dynamic",
+                                       "speculative-mrp-tree"}  # fmt: skip
     assert (lossless["reference_identical"] == 1.0).all() and lossless["throughput_speedup"].notna().all()
     assert t.loc["static(1)", "throughput_speedup"] == pytest.approx(1.0)
     for name, r in t.iterrows():  # tokens over forwards + head calls x 0.5 + extra rows x 0.25, pooled

@@ -61,7 +61,8 @@ RUN_COLUMNS: dict[str, str] = {
     "logp-delta; upstream: the veto |C[p, token]| > delta, decoding.upstream_remask); wino: τ2, an earlier reveal "
     "whose shadow (leave-one-out) probability is below it is re-masked; NaN otherwise",
     "drafter": "speculative drafter (mrp, oracle, naive; a draft graph's kind, decoding.peers_spiffy: calibrated, "
-    "offline on held-out prompts, or chain); '' otherwise",
+    "offline on held-out prompts, or chain; mrp-tree, decoding.mrp_tree: MRP's chain plus the head's runner-up at "
+    "its first draft, K its verify rows); '' otherwise",
     "verify": "speculative verify path (the policy's `verify` attribute); '' otherwise",
     "batch_size": "rows decoded together (1: latency regime, else the throughput regime)",
     "correct": "the output scores correct (bool)",
