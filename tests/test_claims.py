@@ -145,7 +145,8 @@ def test_tally_counts_the_papers_claims_apart(reports, tmp_path):
     rep = reports["trained"]
     groups = verdicts.tally(rep)
     assert set(groups["implementation"]["id"]) == {"speculative-lossless", "speculative-accuracy"}
-    assert set(groups["package"]["id"]) == {"remask-equal-speed", "direct-equal-speed", "remask-own-rules"}
+    assert set(groups["package"]["id"]) == {"remask-equal-speed", "direct-equal-speed", "remask-own-rules",
+                                            "mrp-vs-peers-speculative", "mrp-vs-peers-remask"}  # fmt: skip
     paper_rows = groups["paper"]
     assert not paper_rows["id"].isin(["speculative-lossless", "speculative-accuracy", "remask-equal-speed"]).any()
     md = claims.write_report(rep, tmp_path, "tiny", False, "SDAR-8B").read_text()
@@ -209,9 +210,13 @@ def test_good_tables_hold_and_bad_tables_do_not(reports):
     assert (good.loc[no_cost, "verdict"] == claims.NA).all() and no_cost.sum() == 4
     no_rules = good["id"] == "remask-own-rules"  # synthetic_runs decodes none of the package's rules
     assert (good.loc[no_rules, "verdict"] == claims.NA).all()
+    no_peers = good["id"].str.startswith("mrp-vs-peers")  # no peers grid here (tests/test_claims_peers.py)
+    assert (good.loc[no_peers, "verdict"] == claims.NA).all() and no_peers.sum() == 2
+    no_rules = no_rules | no_peers
     good = good[~loose & ~no_cost & ~no_rules]
     assert good.loc[~good["extension"], "verdict"].isin(GOOD).all(), good[["id", "scope", "verdict"]]
-    bad = bad[~bad["scope"].str.endswith("weighted_tpf") & (bad["id"] != "remask-own-rules")]
+    bad = bad[~bad["scope"].str.endswith("weighted_tpf") & (bad["id"] != "remask-own-rules")
+              & ~bad["id"].str.startswith("mrp-vs-peers")]  # fmt: skip
     assert bad["verdict"].isin([claims.NOT, claims.NOT_SHOWN]).all(), bad[["id", "scope", "verdict"]]
     # sized claims: the direction only on a non-comparable profile; properties hold outright
     for algo in ("ours", "upstream"):  # each algorithm its own scope, against its own static

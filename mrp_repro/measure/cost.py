@@ -34,14 +34,26 @@ import torch
 
 from mrp_repro.model import resolve_verify
 
-__all__ = ["weighted_denoise_forwards", "cost_model", "run_cost_model", "head_cost_ratio", "with_cost_model",
-           "cost_note", "COST_REPEATS", "COST_CONTEXT_BLOCKS", "verify_passes"]  # fmt: skip
+__all__ = ["weighted_denoise_forwards", "row_cost", "cost_model", "run_cost_model", "head_cost_ratio",
+           "with_cost_model", "cost_note", "COST_REPEATS", "COST_CONTEXT_BLOCKS", "verify_passes"]  # fmt: skip
 
 
 def weighted_denoise_forwards(runs: pd.DataFrame, cost: float) -> pd.Series:
     """Denoising forwards plus head calls charged at `cost` forwards each (0 where the run has no cost model)."""
     c = 0.0 if math.isnan(cost) else cost
     return runs["denoise_forwards"].astype(float) + c * runs["mrp_forwards"].astype(float)
+
+
+def row_cost(cm: dict) -> tuple[float, int | None]:
+    """(row_cost, K): one verify block-row beyond the first, in backbone forwards, from a cost model's verify_cost at
+    its largest K >= 2: (verify_cost[K] - 1) / (K - 1), at least 0; (1.0, None) where it has none (every extra row a
+    forward). What report.peers charges a wide forward and the peer claims read (cost_model's row_cost)."""
+    Ks = [int(k) for k in cm.get("verify_cost", {}) if int(k) >= 2]
+    if not Ks:
+        return 1.0, None
+    K = max(Ks)
+    v = cm["verify_cost"].get(K, cm["verify_cost"].get(str(K)))
+    return max(0.0, (float(v) - 1) / (K - 1)), K
 
 
 #: the run's cost model: interleaved repeats (medians) and context blocks in the caches (run_cost_model)

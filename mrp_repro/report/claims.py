@@ -41,6 +41,7 @@ import pandas as pd
 
 from mrp_repro.measure.adjacent import RELATIVE_KL_MAX
 from mrp_repro.report import claims_checks as ck
+from mrp_repro.report import claims_peers as cp
 from mrp_repro.report import claims_remask as cr
 from mrp_repro.report import paper, pareto, wallclock
 from mrp_repro.report.claims_checks import (
@@ -257,6 +258,29 @@ CLAIMS: tuple[Claim, ...] = (
           "control of record: the frontier (the statistic itself); no head-free veto is decoded for these rules, so a "
           "holding verdict says the rule beats dynamic decoding at equal speed, not that its head's choice beats a "
           "head-free one"),
+    Claim("mrp-vs-peers-speculative", "(Not a paper claim.) MRP speculative decoding is faster than the best "
+          "training-free lossless drafter at equal cost.", "issue 37: MRP against its peers",
+          "charged-TPF ratio (tokens over forwards, head calls at head_cost and extra block-rows at row_cost, the cost "
+          "model's at the grid's batch size) of MRP speculative(3) over the SSD / FreeDave chain speculative(3, naive) "
+          "and the Spiffy draft graph spiffy(3), each at the same verify rows and token-identical to static(1); "
+          "paired bootstrap CI over prompts (report.claims_peers)", "1", "none (the paper compares with no peer)", "–",
+          "holds: the ratio's CI above 1 against every training-free drafter; does not hold: below 1 against one; "
+          "not shown otherwise", "peers_runs", cp.speculative, group="package",
+          declared="statistic: charged-TPF ratio of MRP speculative(K) over each training-free lossless drafter "
+          "(the SSD / FreeDave chain, the Spiffy graph, at K = 3 verify rows; a drafter not token-identical to "
+          "static(1) is left out and named), paired bootstrap CI over prompts; null: 1; control of record: the best "
+          "training-free drafter (the statistic itself). Declared after tiny's peers table was seen (issue 37), before "
+          "any chain16 head"),
+    Claim("mrp-vs-peers-remask", "(Not a paper claim.) MRP remasking beats the best training-free method at equal "
+          "cost.", "issue 37: MRP against its peers", "accuracy margin (points) of remask(0.5, tau) over the "
+          "training-free frontier at its charged TPF: static(1), every dynamic(τ) and WINO(τ1, τ2) of the peers grid, "
+          "Pareto points joined; paired bootstrap CI over prompts; not measurable beyond the frontier's fastest point "
+          "or across a segment wider than decoding.frontier_max_gap points (report.claims_peers)", "0",
+          "none (the paper compares with no peer)", "–", _CI_RULE, "peers_runs", cp.remask, group="package",
+          declared="statistic: accuracy margin of remask(0.5, tau) over the training-free frontier at its charged TPF "
+          "(static(1), dynamic(τ) and WINO(τ1, τ2), head calls and extra block-rows charged), paired bootstrap CI; "
+          "null: 0; control of record: the training-free frontier (the statistic itself). Declared after tiny's "
+          "peers table was seen (issue 37), before any chain16 head"),
 )  # fmt: skip
 
 
@@ -275,7 +299,7 @@ def tables_from_results(results: dict[str, pd.DataFrame], n_boot: int = 1000, ci
     the runs frames the paired checks and the controls read (static_runs: our static(1) of modes_runs)."""
     out: dict[str, pd.DataFrame] = {}
     for name in ("adjacent", "mrp_curve", "mrp_heldout", "backbone", "direct_runs", "lookahead_runs", "remasking_runs",
-                 "speculative_runs", "controls_runs", "cost_model"):  # fmt: skip
+                 "speculative_runs", "controls_runs", "cost_model", "peers_runs"):  # fmt: skip
         if name in results:
             out[name] = results[name]
     kw = {"n_boot": n_boot, "ci": ci, "seed": seed}

@@ -77,10 +77,12 @@ RESULTS = {
     "wallclock_passes": ("05_speculative", "wall seconds of the speed verdicts' settings in repeated interleaved "
                          "passes (report.wallclock.repeated_passes): the repeatable check"),
     "controls_runs": ("07_remasking", "runs frame of the no-MRP controls (report.grids: random veto, untrained head)"),
-    "cost_model": ("07_remasking", "the run's cost model at the decoding batch size (measure.cost.run_cost_model): "
-                   "head_cost, one head call in backbone forwards, the charge of the equal-TPF control"),
-    "peers_runs": ("11_peers", "runs frame of MRP beside its peers at the decoding batch size (report.peers: every "
-                   "method of mrp_repro.methods held by peers_runs, with the columns method and extra_rows)"),
+    "cost_model": ("07_remasking", "the run's cost model at batch 1 and the decoding batch size "
+                   "(measure.cost.run_cost_model): head_cost, one head call in backbone forwards, the charge of the "
+                   "equal-TPF control; row_cost, one verify block-row beyond the first (measure.cost.row_cost)"),
+    "peers_runs": ("07_remasking", "runs frame of MRP beside its peers at the decoding batch size (report.peers: every "
+                   "method of mrp_repro.methods held by peers_runs, with the columns method and extra_rows; decoded "
+                   "in 07 so that 09's peer claims read it, drawn by 11)"),
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read

@@ -179,12 +179,10 @@ def costs(profile, backbone, head, batch_size: int | None = None) -> dict:
     measure.cost.run_cost_model, stored and reused): a head call and one extra block-row of a verify, each in
     backbone forwards; row_cost = (verify_cost[K] - 1) / (K - 1) at the largest speculative K >= 2 (1 where the cost
     model has none: every extra row a forward)."""
-    from mrp_repro.measure.cost import run_cost_model
+    from mrp_repro.measure.cost import row_cost, run_cost_model
 
     cm = run_cost_model(profile, backbone, head, batch=batch_size or profile.decoding.batch_size)
-    Ks = [k for k in cm["verify_cost"] if int(k) >= 2]
-    K = max(Ks, default=None)
-    row = max(0.0, (cm["verify_cost"][K] - 1) / (int(K) - 1)) if K is not None else 1.0
+    row, K = row_cost(cm)
     return {"head_cost": cm["head_cost"], "row_cost": row, "source": cm.get("source", ""), "K": K}
 
 
