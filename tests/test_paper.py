@@ -203,3 +203,13 @@ def test_paper_remasking_number_only_beside_the_rules_the_paper_ran():
     ran = ~ours_other & at_paper_tau
     assert ran.any() and t.loc[ran, "paper_mrp_remask_accuracy"].notna().all()
     assert t.loc[ours_other & at_paper_tau, "paper_baseline_accuracy"].notna().all()
+
+
+def test_every_shipped_profiles_benchmark_stands_for_a_paper_benchmark():
+    """The claims read the paper's row of our benchmark through BENCHMARK_MAP: a profile's benchmark without one would
+    leave every sized claim of it blank (chain16's tasks had none)."""
+    from mrp_repro.config import load_profile, repo_root
+
+    for f in sorted((repo_root() / "configs").glob("*.yaml")):
+        p = load_profile(f.stem)
+        assert set(p.evaluation.benchmarks) <= set(paper.BENCHMARK_MAP), (p.name, p.evaluation.benchmarks)

@@ -54,6 +54,8 @@ PAPER_SPECULATIVE_K = 3
 BENCHMARK_MAP = {
     "synth-math": "gsm8k",
     "synth-code": "humaneval",
+    "chain-math": "gsm8k",  # chain16's tasks (tasks/chain.py): GSM8K's extraction, HumanEval's execution
+    "chain-code": "humaneval",
     "gsm8k": "gsm8k",
     "math500": "math500",
     "humaneval": "humaneval",
