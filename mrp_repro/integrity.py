@@ -281,6 +281,8 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         os.close(fd)
     try:
         yield Path(tmp)
+        # again at the end: a writer that replaces the file at `tmp` (safetensors does) leaves its own mode, 0600
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException as e:
         _mark_writing(e, path)

@@ -26,6 +26,7 @@ from mrp_repro import integrity, released, stages
 from mrp_repro.checkpoint import CheckpointError, save_backbone
 from mrp_repro.cli import run_cli
 from mrp_repro.config import load_profile
+from mrp_repro.model import SDARModel
 from mrp_repro.mrp import MRPHead
 from mrp_repro.tokenizer import build_tiny_tokenizer, save_tokenizer
 
@@ -284,6 +285,13 @@ def test_each_stage_removes_a_killed_runs_temporaries_from_its_directory(tmp_run
 # ----------------------------------------------------------------------------- modes follow the umask
 
 
+def _small_config():
+    from mrp_repro.model import ModelConfig
+
+    return ModelConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                       head_dim=4)  # fmt: skip
+
+
 @pytest.fixture(params=[0o002, 0o022, 0o077])
 def umask(request):
     old = os.umask(request.param)
@@ -304,10 +312,13 @@ def test_outputs_get_the_modes_the_umask_gives(tmp_path, umask):
     with integrity.atomic_dir(tmp_path / "d") as tmp:
         (tmp / "inner").write_text("x")
     write_json_atomic(tmp_path / "done.json", {"a": 1})
+    # a checkpoint's weights: safetensors replaces the temporary file with its own (0600 before the fix)
+    save_backbone(SDARModel(_small_config()), tmp_path / "ckpt")
     tables.save_table(pd.DataFrame({"benchmark": ["x"]}), tmp_path / "figs", "t")
     want_file, want_dir = 0o666 & ~umask, 0o777 & ~umask
     got = {p.name: _mode(p) for p in (tmp_path / "f.bin", tmp_path / "done.json", tmp_path / "figs" / "t.csv",
-                                      tmp_path / "figs" / "COLUMNS.md")}  # fmt: skip
+                                      tmp_path / "figs" / "COLUMNS.md", tmp_path / "ckpt" / "model.safetensors",
+                                      tmp_path / "ckpt" / "config.json")}  # fmt: skip
     assert got == dict.fromkeys(got, want_file), (oct(umask), {k: oct(v) for k, v in got.items()})
     assert _mode(tmp_path / "d") == want_dir, oct(_mode(tmp_path / "d"))
     assert integrity.file_mode() == want_file and integrity.dir_mode() == want_dir
