@@ -28,6 +28,7 @@ GENERATOR_VERSION when the generated problems change, so a cached backbone train
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import warnings
@@ -46,6 +47,11 @@ PAD = "."
 MATH_VALUE = (10, 99)  # the start and every running value: two digits, so every step has two columns
 MATH_TERM = (11, 89)  # a term's magnitude: two digits
 MATH_N_TERMS = (3, 4)
+#: None (version 3): the terms in the prompt's order. A tuple (a design knob, off in version 3): step k applies the
+#: prompt's next unused term with probability MATH_ORDER_MAJORITY[k] (the last entry for later steps), another
+#: unused one otherwise, so which term comes next is a choice with a graded majority; every order then keeps the
+#: running values two-digit (_draw_math checks them all). scripts/regime_pilot.py sets it to try a design.
+MATH_ORDER_MAJORITY: tuple[float, ...] | None = None
 
 # chain-code
 CODE_ARGS = "abc"
@@ -92,6 +98,10 @@ def _draw_math(rng: random.Random) -> dict:
             terms.append(t)
             value += t
         else:
+            if MATH_ORDER_MAJORITY is not None and not all(
+                    all(MATH_VALUE[0] <= start + sum(p[: i + 1]) <= MATH_VALUE[1] for i in range(len(p)))
+                    for p in itertools.permutations(terms)):  # fmt: skip
+                continue  # an order a sampled answer may take would leave two digits
             body = f"{start}," + ",".join(f"{t:+d}" for t in terms)
             return {"key": f"chain-math:{body}", "body": body, "start": start, "terms": terms}
 
@@ -170,13 +180,24 @@ def math_step(value: int, term: int) -> str:
     return f"{value}{'+' if term > 0 else '-'}{abs(term)}: {col}, so {new}."
 
 
-def _math_answer(problem: Problem) -> str:
+def _math_answer(problem: Problem, order: list[int] | None = None) -> str:
     value, parts = problem.extra["start"], []
-    for t in problem.extra["terms"]:
+    for t in problem.extra["terms"] if order is None else order:
         parts.append(math_step(value, t))
         value += t
     parts.append(f"#### {value}")
     return " ".join(parts)
+
+
+def _math_order(terms: list[int], rng: random.Random) -> list[int]:
+    """The order of a sampled answer under MATH_ORDER_MAJORITY (module constants)."""
+    left, order = list(terms), []
+    while left:
+        q = MATH_ORDER_MAJORITY[min(len(order), len(MATH_ORDER_MAJORITY) - 1)]
+        t = left[0] if len(left) == 1 or rng.random() < q else rng.choice(left[1:])
+        left.remove(t)
+        order.append(t)
+    return order
 
 
 def _code_answer(problem: Problem, names: list[str], swaps: list[bool]) -> str:
@@ -207,7 +228,9 @@ def sample_answer(problem: Problem, rng: random.Random) -> str:
     """A random valid answer, drawn from the training distribution the module docstring describes (chain-math has
     one)."""
     if problem.benchmark == "chain-math":
-        return _math_answer(problem)
+        if MATH_ORDER_MAJORITY is None:
+            return _math_answer(problem)
+        return _math_answer(problem, _math_order(problem.extra["terms"], rng))
     n = len(problem.extra["statements"])
     return _code_answer(problem, _names(n, rng), [rng.random() < SWAP_COMMUTATIVE for _ in range(n)])
 
@@ -264,9 +287,12 @@ def code_program(problem: Problem, text: str) -> str:
 
 
 def _math_chain_valid(problem: Problem, text: str) -> bool:
-    """Every step as math_step writes it (its columns right, each carried value the previous result, the prompt's
-    terms in order) and the final answer the last result."""
-    return text == _math_answer(problem)
+    """Every step as math_step writes it (its column right, each carried value the previous result, each of the
+    prompt's terms once, in the prompt's order unless MATH_ORDER_MAJORITY lets the order vary) and the final answer
+    the last result."""
+    if MATH_ORDER_MAJORITY is None:
+        return text == _math_answer(problem)
+    return any(text == _math_answer(problem, list(p)) for p in itertools.permutations(problem.extra["terms"]))
 
 
 def score(problem: Problem, output_text: str, execute: bool = True) -> dict:
