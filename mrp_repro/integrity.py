@@ -324,6 +324,14 @@ def _mark_writing(e: BaseException, path: Path) -> None:
             e._mrp_writing = str(path)
 
 
+def _remove(f: Path) -> None:
+    """A temporary file, or directory (never followed when it is a link)."""
+    if f.is_dir() and not f.is_symlink():
+        shutil.rmtree(f, ignore_errors=True)
+    else:
+        f.unlink(missing_ok=True)
+
+
 def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     """Remove the temporary files and directories atomic_file / atomic_dir left beside `path` when their process
     was killed (`.<name>.*.tmp`, `.<name>.*.old`); returns what was removed. Only safe while holding the lock of
@@ -335,10 +343,7 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     for f in path.parent.glob(f".{glob.escape(path.name)}.*"):
         if f.suffix not in (".tmp", ".old"):
             continue
-        if f.is_dir() and not f.is_symlink():
-            shutil.rmtree(f, ignore_errors=True)
-        else:
-            f.unlink(missing_ok=True)
+        _remove(f)
         gone.append(f)
     return gone
 
@@ -355,10 +360,7 @@ def remove_stale_temps_in(d: str | os.PathLike) -> list[Path]:
     for f in d.iterdir():
         if not (f.name.startswith(".") and f.suffix in (".tmp", ".old") and f.name.count(".") >= 3):
             continue
-        if f.is_dir() and not f.is_symlink():
-            shutil.rmtree(f, ignore_errors=True)
-        else:
-            f.unlink(missing_ok=True)
+        _remove(f)
         gone.append(f)
     return gone
 

@@ -211,17 +211,22 @@ class Speculative(MRPPolicy):
             cands.append(_set(cur, p, t))
         return torch.stack(pos, 1), torch.stack(toks, 1), cands
 
-    def denoise(self, st: BlockState) -> None:
+    def _seed(self, st: BlockState):
+        """The block's first backbone forward: (n_masked (B,), mx, logits, hidden), or None when nothing is masked."""
         self._flush(st)
         n_masked = st.masked.sum(1)
         mx = int(n_masked.max())  # the round's one host sync
         if mx == 0:
-            return
+            return None
         out = st.backbone()
         self._flush(st)  # a fused commit wrote the previous block just now
-        logits, hidden = out.logits, out.hidden
-        B = st.ids.shape[0]
-        ar = torch.arange(B, device=st.ids.device)
+        return n_masked, mx, out.logits, out.hidden
+
+    def denoise(self, st: BlockState) -> None:
+        if (seed := self._seed(st)) is None:
+            return
+        n_masked, mx, logits, hidden = seed
+        ar = torch.arange(st.ids.shape[0], device=st.ids.device)
         while mx > 0:
             working = n_masked > 0
             n_drafts = torch.clamp(n_masked, max=self.K)  # 0 for idle rows

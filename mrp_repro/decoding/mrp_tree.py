@@ -75,16 +75,10 @@ class SpeculativeTree(Speculative):
         return torch.stack(pos, 1), torch.stack(toks, 1), cands, alt
 
     def denoise(self, st: BlockState) -> None:
-        self._flush(st)
-        n_masked = st.masked.sum(1)
-        mx = int(n_masked.max())  # the round's one host sync
-        if mx == 0:
+        if (seed := self._seed(st)) is None:
             return
-        out = st.backbone()
-        self._flush(st)  # a fused commit wrote the previous block just now
-        logits, hidden = out.logits, out.hidden
-        B = st.ids.shape[0]
-        ar = torch.arange(B, device=st.ids.device)
+        n_masked, mx, logits, hidden = seed
+        ar = torch.arange(st.ids.shape[0], device=st.ids.device)
         while mx > 0:
             working = n_masked > 0
             n_drafts = torch.clamp(n_masked, max=self.depth)  # the chain's drafts; 0 for idle rows
