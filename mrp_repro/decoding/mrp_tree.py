@@ -43,7 +43,8 @@ class SpeculativeTree(Speculative):
         super().__init__(D - 1, "mrp", head, verify)
         self.depth = D - 1  # the chain's states
         self.K, self.drafter = D, TREE_DRAFTER  # the runs frame's K (verify rows) and drafter
-        self.name = f"speculative({D},{TREE_DRAFTER})" if verify == "exact" else f"speculative({D},{TREE_DRAFTER},{verify})"
+        extra = "" if verify == "exact" else f",{verify}"
+        self.name = f"speculative({D},{TREE_DRAFTER}{extra})"
 
     def _draft_logits(self, st: BlockState, h, cur: torch.Tensor, live: torch.Tensor):
         """(logits (B, L, V), hidden) of the head's next draft on state `cur` from hidden `h` (tests override it)."""

@@ -64,7 +64,8 @@ def _grid(tables, ctx):
     runs = tables["peers_runs"]
     c = costs_at(tables, int(runs["batch_size"].iloc[0]))
     if c is None:
-        return na(f"no cost model (head_cost, row_cost) at the peers grid's batch size {int(runs['batch_size'].iloc[0])}")
+        bs = int(runs["batch_size"].iloc[0])
+        return na(f"no cost model (head_cost, row_cost) at the peers grid's batch size {bs}")
     return runs, *c
 
 
@@ -152,7 +153,7 @@ def remask(tables, ctx, tau: float = REMASK_TAU, rule: str = REMASK_RULE) -> lis
         acc = _stack(runs, bench, settings, ids, "correct")  # (S, n)
         tok, den = _stack(runs, bench, settings, ids, "tokens"), _stack(runs, bench, settings, ids, "_charged")
 
-        def margin(sel):
+        def margin(sel, acc=acc, tok=tok, den=den):
             a, x = 100 * acc[:, sel].mean(1), tok[:, sel].sum(1) / den[:, sel].sum(1)
             return float(a[0] - pareto.frontier(x[0], x[1:], a[1:])[0]), x, a
 

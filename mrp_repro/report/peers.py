@@ -9,10 +9,10 @@ measure.runs.collect_runs, in one table and one figure.
 
 The grid (GRID, grid_settings): every registered method whose `runs` names peers_runs, in registration order: static(1),
 dynamic(τ), the SSD / FreeDave chain (the no-head drafter, speculative(K, naive)), MRP speculative(K), MRP remasking,
-the Spiffy draft graph at D = K and 2K over static(1) and over dynamic(0.9), WINO at every remasking τ, the MRP draft
-tree at the graphs' verify rows (decoding.mrp_tree: its chain and the head's runner-up at its first draft), and any
-method registered later with runs=("peers_runs",) (a new peer is one declaration: nothing here names a method); then each
-lossless method's reference where no method decodes it (dynamic(0.9) on a profile without τ = 0.9), and
+the Spiffy draft graph at D = K and 2K over static(1) and over dynamic(0.9), WINO at every remasking τ, the MRP
+draft tree at the graphs' verify rows (decoding.mrp_tree: its chain and the head's runner-up at its first draft),
+and any method registered later with runs=("peers_runs",) (a new peer is one declaration: nothing here names a method);
+then each lossless method's reference where no method decodes it (dynamic(0.9) on a profile without τ = 0.9), and
 methods.PeerStatic, the peer family's static(1) that collect_runs compares the peer rows with (identical_to_static;
 its rows stay out of the table). One collect_runs call at the decoding batch size: every setting of a batch is
 decoded back to back, so each wall-clock ratio over static(1) is paired. Two runs columns collect_runs does not

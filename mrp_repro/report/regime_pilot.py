@@ -19,7 +19,6 @@ backbone meets it (report.preregister reads only report.regime's table of a publ
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -107,7 +106,6 @@ def fine_tune(profile, model, steps: int, lr: float, progress: bool = True) -> l
 
 
 def main(argv: list[str] | None = None) -> None:
-    import pandas as pd
     import torch
 
     from mrp_repro import checkpoint as ckpt_io
