@@ -1,17 +1,18 @@
 # mrp-repro: the two commands are `make reproduce` and `make test`.
-#   make reproduce PROFILE=tiny      # default; CPU, 2 cores
+#   make reproduce                   # PROFILE=chain16 (the issue-34 stand-in, block 16); CPU, 2 cores
+#   make reproduce PROFILE=tiny      # the earlier stand-in (block 8), kept for its committed figures and fast tests
 #   make test PYTEST_ARGS="-x"           # the suite less the slow tests (<= 12 min on 2 cores)
 #   make test-portable                   # numerics-sensitive tests under each CPU capability emulated here
 #   make test-slow                       # the slow tests (CI runs them once, after test-portable)
 #   make test-random SEED=1234           # the suite in a random order (pytest-randomly; the seed is printed)
-#   make reproduce PROFILE=tiny NPROC=2  # heavy stages (trajectories, head, decoding grids) on 2 torchrun ranks
+#   make reproduce NPROC=2           # heavy stages (trajectories, head, decoding grids) on 2 torchrun ranks
 #   make reproduce FROM_SCRATCH=1        # retrain the published backbone and head (artifacts/<profile>/) and compare
-# Profiles: configs/<name>.yaml (smoke, tiny, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
+# Profiles: configs/<name>.yaml (smoke, tiny, chain16, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
 #   make reproduce PROFILE=sdar-mini  # the SDAR path on CPU: a generated toy SDAR checkpoint + released-format head
 #                                     # (python -m mrp_repro.sdar_mini --out DIR writes them; the first stage does it)
 
 PYTHON ?= python3
-PROFILE ?= tiny
+PROFILE ?= chain16
 NPROC ?= 1
 FROM_SCRATCH ?=
 PYTEST_ARGS ?=
@@ -31,7 +32,7 @@ help:
 	@echo "make test-random the suite in a random order; SEED=N repeats one (the seed is printed at the top)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
 	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
-	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (tiny); FROM_SCRATCH=1"
+	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (chain16, tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/; 22 min measured on tiny) and compares (docs/published.md)"
 	@echo "make gpu-check   the GPU check with the machine's CUDA torch, no install (kernels vs reference, verify at SDAR-4B"
 	@echo "                 shapes, engine; ~6 min) into GPU_CHECK_OUT=figures/gpu_check/"

@@ -57,11 +57,17 @@ __all__ = [
     "EvaluationConfig",
     "PaperConfig",
     "PAPER_MODELS",
+    "DEFAULT_PROFILE",
     "load_profile",
     "list_profiles",
     "configs_dir",
     "repo_root",
 ]
+
+
+#: the profile of `make reproduce`, of the notebooks' parameters cell and of the CLIs when none is named: the stand-in
+#: the README reports (issue 34). tests/test_notebooks.py holds the Makefile and the notebooks to it.
+DEFAULT_PROFILE = "chain16"
 
 
 class ConfigError(UserError, ValueError):

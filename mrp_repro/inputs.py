@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from mrp_repro import checkpoint as ckpt_io
-from mrp_repro.config import Profile, repo_root
+from mrp_repro.config import DEFAULT_PROFILE, Profile, repo_root
 from mrp_repro.runtime import data_dir, runs_root, sha256_file, write_json_atomic
 
 __all__ = ["resolve", "record", "recorded", "summary", "summary_for", "inputs_path", "changes", "pin_hints",
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     from mrp_repro.config import load_profile
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     args = ap.parse_args(argv)
     P = load_profile(args.profile)
     recs = record(P)

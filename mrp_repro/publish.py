@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from mrp_repro import published, stages
-from mrp_repro.config import Profile, load_profile
+from mrp_repro.config import DEFAULT_PROFILE, Profile, load_profile
 from mrp_repro.errors import UserError
 from mrp_repro.runtime import write_json_atomic
 
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--from", dest="src", required=True, help="the runs root of the finished run (MRP_REPRO_RUNS)")
     ap.add_argument("--backbone-only", action="store_true", help="publish the backbone alone (no head yet)")
     a = ap.parse_args(argv)

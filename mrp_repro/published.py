@@ -34,7 +34,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from mrp_repro.config import SECTIONS, Profile, load_profile, repo_root
+from mrp_repro.config import DEFAULT_PROFILE, SECTIONS, Profile, load_profile, repo_root
 from mrp_repro.errors import UserError
 from mrp_repro.runtime import FROM_SCRATCH_ENV, from_scratch, sha256_file
 
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     args = ap.parse_args(argv)
     profile = load_profile(args.profile)
     rec = record(profile.name)

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from mrp_repro.config import load_profile, repo_root
+from mrp_repro.config import DEFAULT_PROFILE, load_profile, repo_root
 from mrp_repro.runtime import figures_dir, runs_root
 
 KERNEL = "mrp-repro"
@@ -178,7 +178,7 @@ def heavy_stages(profile, param: str, nproc: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny", help="profile name (configs/<name>.yaml) or a YAML path")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (configs/<name>.yaml) or a YAML path")
     ap.add_argument("--only", nargs="*", help="run only these notebooks (number prefix or stem)")
     ap.add_argument("--kernel", default=KERNEL, help="Jupyter kernel name (default: %(default)s)")
     ap.add_argument("--nproc", type=int, default=1, help="ranks for the heavy stages (torchrun); 1: in the notebooks")
@@ -249,7 +249,7 @@ def main_and_compare(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rc = main(argv)
     name = argparse.ArgumentParser(add_help=False)
-    name.add_argument("--profile", default="tiny")
+    name.add_argument("--profile", default=DEFAULT_PROFILE)
     profile = load_profile(name.parse_known_args(argv)[0].profile)
     if rc == 0 and from_scratch() and published.record(profile.name) is not None:
         from mrp_repro.publish import compare

@@ -477,11 +477,11 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import json
 
-    from mrp_repro.config import load_profile
+    from mrp_repro.config import DEFAULT_PROFILE, load_profile
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", choices=("backbone", "trajectories", "head"))
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--source", default=None, help="trajectories: the source (default: mrp.train_source)")
     ap.add_argument("--threads", type=int, default=None, help="backbone: override backbone_training.num_threads")
     ap.add_argument("--no-progress", action="store_true")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.reproduce import KERNEL, notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +47,13 @@ EXPECTED = {
 SMOKE_PARAMS = {"10_ablations": {"axes": ["objective"], "Ks": [3], "taus": [0.5]}}
 
 
+def test_the_makefile_reproduces_the_default_profile():
+    """`make reproduce`, the notebooks (above) and the CLIs default to one profile, the one the README reports."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"\nPROFILE ?= {DEFAULT_PROFILE}\n" in makefile
+    assert f"profile `{DEFAULT_PROFILE}`" in (ROOT / "README.md").read_text()
+
+
 def test_every_notebook_is_listed_and_clean():
     names = [nb.stem for nb in notebooks(opt_in=True)]
     assert names == sorted(EXPECTED), names
@@ -53,7 +61,7 @@ def test_every_notebook_is_listed_and_clean():
     for nb in notebooks(opt_in=True):
         d = json.loads(nb.read_text())
         tagged = [c for c in d["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
-        assert len(tagged) == 1 and 'profile = "tiny"' in "".join(tagged[0]["source"]), nb.name
+        assert len(tagged) == 1 and f'profile = "{DEFAULT_PROFILE}"' in "".join(tagged[0]["source"]), nb.name
         for c in d["cells"]:
             if c["cell_type"] == "code":
                 assert not c.get("outputs") and c.get("execution_count") is None, f"{nb.name}: committed with outputs"

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.report.ablations_metrics import (
     AXIS_CLAIMS,
     CLAIM_COLUMNS,
@@ -423,7 +424,7 @@ def run(profile, axis_names: Sequence[str] | None = None, n_prompts: int | None 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--axes", nargs="*", default=None, help="default: every axis the profile has")
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default evaluation.n_prompts)")
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), help=f"speculative decoding families "

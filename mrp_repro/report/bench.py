@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.measure import cost as cost_mod
 from mrp_repro.measure.runs import collect_runs, eval_problems, settings_for
 from mrp_repro.measure.schema import MODES
@@ -76,7 +77,7 @@ def modes_report(profile, backbone, head, benchmarks=None, n_prompts: int | None
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--table", default="backbone", choices=["backbone", "modes"])
     ap.add_argument("--benchmarks", nargs="*", default=None, help="modes: benchmarks (default evaluation's)")
     ap.add_argument("--n-prompts", type=int, default=None)

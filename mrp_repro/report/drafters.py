@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mrp_repro.config import DEFAULT_PROFILE
+
 __all__ = ["COLUMNS", "VARIANTS", "drafter_table", "variant_name", "parse_variant", "main"]
 
 #: the comparison of record: the profile's head, the paper's recipe, the next-pick loss, a 3-step chain
@@ -99,7 +101,7 @@ def drafter_table(profile, backbone, variants: Sequence[dict] = VARIANTS, n_prom
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--variants", nargs="+", default=None, help="key=value,... per head ('': the profile's)")
     ap.add_argument("--n", type=int, default=200, help="prompts per task")
     ap.add_argument("--out", type=Path, default=None, help="default: figures/<profile>/")

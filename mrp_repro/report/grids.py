@@ -46,6 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from mrp_repro import distributed
+from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.measure.runs import collect_runs, settings_for
 from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
@@ -265,7 +266,7 @@ def _refine(profile, backbone, head, name: str, n_prompts, progress: bool) -> No
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--grid", nargs="*", choices=GRIDS, default=None, help="default: every grid")
     ap.add_argument("--nproc", type=int, default=1, help="launch this many local ranks through torchrun")
     ap.add_argument("--no-progress", action="store_true")

@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mrp_repro.config import DEFAULT_PROFILE
+
 __all__ = ["BLOCK_16", "SHAPES", "COLUMNS", "oracle_block", "ceiling_speedup", "linear_macs", "head_flop_share",
            "train_step_seconds", "shape_table", "main"]  # fmt: skip
 
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     from mrp_repro.report.drafters import parse_variant
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--shapes", nargs="+", default=None, help="key=value,... per shape ('': the profile's)")
     ap.add_argument("--train-steps", type=int, default=6, help="timed training steps per shape (>= 2)")
     ap.add_argument("--out", type=Path, default=None, help="default: figures/<profile>/")

@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.decoding import Speculative, Static
 
 __all__ = ["TARGETS", "WALL_TARGETS", "speed_table", "clock_columns", "targets_table", "head_breakdown", "main"]
@@ -304,7 +305,7 @@ def main(argv=None) -> None:
     from mrp_repro.measure.runs import eval_problems
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--set", default="", help="profile overrides key=value,... (trains that backbone if missing)")
     ap.add_argument("--name", default="speed", help="file stem under --out")
     ap.add_argument("--n", type=int, default=64, help="prompts per task")

@@ -54,6 +54,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
 from mrp_repro.report import verdicts
 
@@ -555,7 +556,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="both kinds (default 0 1 2)")
     ap.add_argument("--head-seeds", type=int, nargs="*", default=None, help="override --seeds for head seeds")
     ap.add_argument("--backbone-seeds", type=int, nargs="*", default=None, help="override --seeds for backbones")
