@@ -205,3 +205,39 @@ def test_pick_loss_with_the_online_recipe_is_an_error(tmp_path):
     bb = SimpleNamespace(model=tiny_model(), mask_id=MASK)
     with pytest.raises(ConfigError, match="recipe: offline"):
         train_online(P, bb, tmp_path, progress=False)
+
+
+def test_trajectory_data_from_dirs_equals_a_per_row_reference(setup, tmp_path):
+    """TrajectoryData.from_dirs (one collection at a time, tensors allocated from the manifests) holds, row for row,
+    what a plain loop over the rows of every collection gives: ids and hidden states padded to S + 1 states by
+    repeating the last, and every per-row field; the same as the constructor on loaded datasets."""
+    import numpy as np
+
+    from mrp_repro.training.mrp import TrajectoryData
+    from mrp_repro.trajectories import load_trajectories
+
+    model, d = setup
+    rng = random.Random(1)
+    items = [([rng.randrange(3, 20) for _ in range(4)], [rng.randrange(3, 20) for _ in range(8)]) for _ in range(20)]
+    d2 = tmp_path / "self"
+    collect(model, MASK, items, "self", d2, 8, seed=1, progress=False, block_size=L, eos_ids=[EOS])
+    got = TrajectoryData.from_dirs([d, d2], MASK, L)
+    same = TrajectoryData([load_trajectories(d), load_trajectories(d2)], MASK, L)
+    rows = [(si, r) for si, dd in enumerate([d, d2]) for r in load_trajectories(dd)]
+    assert len(got) == len(rows) and got.S >= 1 and len({si for si, _ in rows}) == 2
+    H = model.config.hidden_size
+    for i, (si, r) in enumerate(rows):
+        ids = np.asarray(r["ids"]).reshape(-1, L)
+        hid = np.asarray(r["hidden"], dtype=np.float32).reshape(ids.shape[0], L, H)
+        n = ids.shape[0]
+        want_ids = np.concatenate([ids, np.repeat(ids[-1:], got.S + 1 - n, 0)])
+        want_hid = np.concatenate([hid, np.repeat(hid[-1:], got.S + 1 - n, 0)])
+        assert torch.equal(got.ids[i], torch.from_numpy(want_ids)), i
+        assert torch.equal(got.hidden[i], torch.from_numpy(want_hid)), i
+        assert got.context[i] == r["context_ids"] and got.example[i] == (si, r["example"])
+        assert got.answer_mask[i].tolist() == r["answer_mask"] and int(got.source[i]) == si
+        assert int(got.n_steps[i]) == r["n_steps"] and int(got.block_start[i]) == r["block_start"]
+        assert int(got.next_pos[i]) == r["next_pos"] and float(got.t[i]) == max(np.float32(r["t"]), np.float32(1e-3))
+    for name in ("ids", "hidden", "answer_mask", "n_steps", "t", "block_start", "source", "next_pos"):
+        assert torch.equal(getattr(got, name), getattr(same, name)), name
+    assert got.context == same.context and got.example == same.example

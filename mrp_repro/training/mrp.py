@@ -60,6 +60,7 @@ from mrp_repro.mrp import MRPHead, save_head
 from mrp_repro.runtime import provenance, write_json_atomic
 from mrp_repro.training.common import HEAD_COMMAND, ddp_loss, head_autocast, lr_lambda_for, write_curve
 from mrp_repro.trajectories import load_trajectories, model_fingerprint
+from mrp_repro.trajectory_store import TrajectoryError
 
 __all__ = [
     "TrajectoryData",
@@ -79,52 +80,92 @@ class TrajectoryData:
     """Trajectory rows as padded tensors: ids (N, S+1, L), hidden (N, S+1, L, H), ...; contexts as lists."""
 
     def __init__(self, datasets_list, mask_id: int, block_size: int):
-        self.mask_id, self.L = mask_id, block_size
-        ids, hid, ctx, ans, nst, t, bstart, ex, src, npos = [], [], [], [], [], [], [], [], [], []
-        S = 1
+        metas = [self._meta(ds, block_size) for ds in datasets_list]
+        sizes = [len(ds) for ds in datasets_list]
+        hidden_size = next((len(ds[0]["hidden"]) // (len(ds[0]["ids"])) for ds in datasets_list if len(ds)), 0)
+        self._allocate(sizes, max([1] + [m["chain_steps"] for m in metas]), hidden_size, mask_id, block_size)
         for si, ds in enumerate(datasets_list):
-            meta = json.loads(ds.info.description or "{}")
-            if meta.get("block_size", block_size) != block_size:
-                raise ValueError(f"trajectories of block {meta.get('block_size')} cannot train block {block_size}")
-            S = max(S, int(meta.get("chain_steps", 1)))
-            tbl = ds.data.table if hasattr(ds.data, "table") else ds.data
-            cols = {
-                c: tbl.column(c).to_pylist()
-                for c in ("ids", "context_ids", "answer_mask", "n_steps", "t", "block_start", "example", "next_pos")
-            }
-            hcol = tbl.column("hidden").combine_chunks()
-            flat = np.asarray(hcol.values.to_numpy(zero_copy_only=False), dtype=np.float32)
-            offs = hcol.offsets.to_numpy()
-            for r in range(len(tbl)):
-                ids.append(np.asarray(cols["ids"][r], dtype=np.int64).reshape(-1, block_size))
-                hid.append(flat[offs[r] : offs[r + 1]].reshape(ids[-1].shape[0], block_size, -1))
-                ctx.append(cols["context_ids"][r])
-                ans.append(cols["answer_mask"][r])
-                nst.append(cols["n_steps"][r])
-                t.append(cols["t"][r])
-                bstart.append(cols["block_start"][r])
-                ex.append((si, cols["example"][r]))
-                src.append(si)
-                npos.append(cols["next_pos"][r])
-        self.S = S
-        N = len(ids)
-        H = hid[0].shape[-1] if N else 0
+            self._fill(ds, si)
+        self._finish()
+
+    @classmethod
+    def from_dirs(cls, dirs, mask_id: int, block_size: int, expect: dict | None = None) -> TrajectoryData:
+        """The rows of finished collections, loaded one at a time into tensors allocated once from their manifests'
+        row counts: at most one collection's Arrow table lives beside the tensors (chain16's two collections
+        together came to a 21 GB peak when all were loaded first)."""
+        from mrp_repro.trajectory_store import read_manifest
+
+        manifests = [read_manifest(d) for d in dirs]
+        for d, m in zip(dirs, manifests):
+            if m.get("block_size", block_size) != block_size:
+                raise ValueError(f"trajectories of block {m.get('block_size')} cannot train block {block_size}")
+        self = cls.__new__(cls)
+        sizes = [int(m["n_rows"]) for m in manifests]
+        S = max([1] + [int(m.get("chain_steps", 1)) for m in manifests])
+        self._allocate(sizes, S, int(manifests[0]["hidden_size"]) if manifests else 0, mask_id, block_size)
+        for si, d in enumerate(dirs):
+            ds = load_trajectories(d, expect=expect)
+            if len(ds) != sizes[si]:
+                raise TrajectoryError(f"{d}: {len(ds)} rows, its manifest says {sizes[si]}; delete it and collect "
+                                      "it again")  # fmt: skip
+            self._fill(ds, si)
+            del ds
+        self._finish()
+        return self
+
+    @staticmethod
+    def _meta(ds, block_size: int) -> dict:
+        meta = json.loads(ds.info.description or "{}")
+        if meta.get("block_size", block_size) != block_size:
+            raise ValueError(f"trajectories of block {meta.get('block_size')} cannot train block {block_size}")
+        return {"chain_steps": int(meta.get("chain_steps", 1))}
+
+    def _allocate(self, sizes: list[int], S: int, H: int, mask_id: int, block_size: int) -> None:
+        self.mask_id, self.L, self.S = mask_id, block_size, S
+        N = sum(sizes)
+        self._next = 0
         self.ids = torch.full((N, S + 1, block_size), mask_id, dtype=torch.long)
         self.hidden = torch.zeros(N, S + 1, block_size, H)
-        for r in range(N):
-            n = ids[r].shape[0]
-            self.ids[r, :n] = torch.from_numpy(ids[r])
-            self.hidden[r, :n] = torch.from_numpy(np.array(hid[r]))
-            self.ids[r, n:] = self.ids[r, n - 1]
-            self.hidden[r, n:] = self.hidden[r, n - 1]
-        self.context = ctx
-        self.answer_mask = torch.tensor(ans, dtype=torch.bool).reshape(N, block_size)
-        self.n_steps = torch.tensor(nst, dtype=torch.long)
-        self.t = torch.tensor(t, dtype=torch.float32).clamp(min=1e-3)
-        self.block_start = torch.tensor(bstart, dtype=torch.long)
-        self.example = ex
-        self.source = torch.tensor(src, dtype=torch.long)
-        self.next_pos = torch.tensor(npos, dtype=torch.long)  # the backbone's own pick on state 1
+        self.context, self.example = [], []
+        self._cols = {c: [] for c in ("answer_mask", "n_steps", "t", "block_start", "source", "next_pos")}
+
+    def _fill(self, ds, si: int) -> None:
+        """Copy one collection's rows in after the rows already filled; a chain of n < S + 1 states repeats its last."""
+        L = self.L
+        tbl = ds.data.table if hasattr(ds.data, "table") else ds.data
+        cols = {c: tbl.column(c).to_pylist() for c in ("ids", "answer_mask", "n_steps", "t", "block_start", "example",
+                                                       "next_pos")}  # fmt: skip
+        self.context += tbl.column("context_ids").to_pylist()
+        r0 = self._next
+        row = r0
+        for chunk in tbl.column("hidden").chunks:  # chunk by chunk: no combined copy of the whole column
+            flat = np.asarray(chunk.values.to_numpy(zero_copy_only=False), dtype=np.float32)
+            offs = chunk.offsets.to_numpy()  # into chunk.values, which a sliced chunk does not slice
+            for k in range(len(chunk)):
+                ids = np.asarray(cols["ids"][row - r0], dtype=np.int64).reshape(-1, L)
+                n = ids.shape[0]
+                self.ids[row, :n] = torch.from_numpy(ids)
+                self.hidden[row, :n] = torch.from_numpy(flat[offs[k] : offs[k + 1]].reshape(n, L, -1))
+                self.ids[row, n:] = self.ids[row, n - 1]
+                self.hidden[row, n:] = self.hidden[row, n - 1]
+                row += 1
+        self.example += [(si, e) for e in cols["example"]]
+        self._cols["source"] += [si] * (row - r0)
+        for c in ("answer_mask", "n_steps", "t", "block_start", "next_pos"):
+            self._cols[c] += cols[c]
+        self._next = row
+
+    def _finish(self) -> None:
+        N, c = self.ids.shape[0], self._cols
+        if self._next != N:
+            raise TrajectoryError(f"{self._next} trajectory rows filled of the {N} allocated")
+        self.answer_mask = torch.tensor(c["answer_mask"], dtype=torch.bool).reshape(N, self.L)
+        self.n_steps = torch.tensor(c["n_steps"], dtype=torch.long)
+        self.t = torch.tensor(c["t"], dtype=torch.float32).clamp(min=1e-3)
+        self.block_start = torch.tensor(c["block_start"], dtype=torch.long)
+        self.source = torch.tensor(c["source"], dtype=torch.long)
+        self.next_pos = torch.tensor(c["next_pos"], dtype=torch.long)  # the backbone's own pick on state 1
+        del self._cols, self._next
 
     def __len__(self):
         return self.ids.shape[0]
@@ -442,7 +483,7 @@ def train_mrp(
     model.eval()
     dirs = [trajectories_dir] if isinstance(trajectories_dir, (str, os.PathLike)) else list(trajectories_dir)
     bb_hash = model_fingerprint(model)
-    data = TrajectoryData([load_trajectories(d, expect={"backbone_hash": bb_hash}) for d in dirs], mask_id, L)
+    data = TrajectoryData.from_dirs(dirs, mask_id, L, expect={"backbone_hash": bb_hash})
     if mc.k_steps > data.S:
         raise ConfigError(  # a ValueError too, as before
             f"mrp.k_steps={mc.k_steps} but the trajectories hold chains of {data.S} steps; recollect "
