@@ -208,3 +208,30 @@ def test_guard_only_is_an_explicit_opt_in(monkeypatch):
     monkeypatch.setenv("MRP_REPRO_SANDBOX", "docker")
     with pytest.raises(ValueError, match="valid: bwrap, guard-only"):
         run_program("pass\n")
+
+
+def test_run_program_once_runs_each_distinct_program_once(monkeypatch):
+    """The scorers' memo: a program (with its tests, limits and sandbox kind) runs once per process; another
+    program, other tests or another limit runs again, and each gets its own result."""
+    from mrp_repro.tasks import sandbox
+
+    ran = []
+    real = sandbox.run_program
+
+    def counting(source, *a, **k):
+        ran.append(source)
+        return real(source, *a, **k)
+
+    monkeypatch.setattr(sandbox, "run_program", counting)
+    monkeypatch.setattr(sandbox, "_ONCE", {})
+    good, bad = "x = 1\n", "assert False\n"
+    assert sandbox.run_program_once(good).status == "passed"
+    assert sandbox.run_program_once(good).status == "passed"
+    assert sandbox.run_program_once(bad).status == "failed"
+    assert sandbox.run_program_once(good, tests="assert x == 2\n").status == "failed"
+    assert sandbox.run_program_once(good, timeout_s=4.0).status == "passed"
+    assert ran == [good, bad, good, good]
+    monkeypatch.setattr(sandbox, "_ONCE_MAX", 2)
+    sandbox.run_program_once(bad)  # remembered: no run, nothing evicted
+    sandbox.run_program_once("y = 2\n")  # evicts the oldest down to the bound
+    assert len(sandbox._ONCE) == 2 and len(ran) == 5

@@ -313,9 +313,9 @@ def score(problem: Problem, output_text: str, execute: bool = True) -> dict:
         if not text.startswith("def f("):
             return {"correct": False, "valid_chain": False, "extracted": text or None}
         if execute:
-            from .sandbox import run_program
+            from .sandbox import run_program_once
 
-            correct = run_program(code_program(problem, text), timeout_s=5.0).status == "passed"
+            correct = run_program_once(code_program(problem, text), timeout_s=5.0).status == "passed"
         else:
             correct = _trusted_check(problem, text)
         lines = text.split("\n")

@@ -65,7 +65,7 @@ import re
 import threading
 from typing import Any
 
-from mrp_repro.tasks.sandbox import run_program, sandbox_kind
+from mrp_repro.tasks.sandbox import run_program_once, sandbox_kind
 
 __all__ = [
     "extract_math_answer",
@@ -387,7 +387,7 @@ def score_code(
     extracted = extract_code(output_text, prompt=prompt, entry_point=problem.entry_point if prompt else None)
     if extracted is None:
         return {"correct": False, "extracted": None, "status": "no_code", "sandbox": sandbox_kind(sandbox)}
-    result = run_program(
+    result = run_program_once(
         extracted, tests=build_tests(problem), timeout_s=timeout_s, memory_mb=memory_mb, sandbox=sandbox
     )
     return {

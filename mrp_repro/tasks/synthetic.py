@@ -466,10 +466,10 @@ def score(problem: Problem, output_text: str, execute: bool = False) -> dict:
         terms = text.split("+") if text else []
         valid = sorted(terms) == sorted(problem.extra["items"])
         if execute:
-            from .sandbox import run_program
+            from .sandbox import run_program_once
 
             correct = (
-                bool(expr) and run_program(code_program(problem, text), timeout_s=5.0).status == "passed"
+                bool(expr) and run_program_once(code_program(problem, text), timeout_s=5.0).status == "passed"
             )
         else:
             correct = code_equivalent(problem, text)
