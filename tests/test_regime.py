@@ -111,8 +111,16 @@ def test_the_preregistration_names_the_backbone_the_regime_and_every_declared_te
     assert "naive-mtp-collapses: its test was changed in f3c05be" in text
     from mrp_repro.config import load_profile
 
-    bt = load_profile("chain16").backbone_training  # two phases: the warm restart is named with its settings
-    assert bt.restart_steps and f"then a warm restart of {bt.restart_steps} steps" in text
+    import dataclasses
+
+    p = load_profile("chain16")  # one phase: no restart named; a profile with one names it with its settings
+    assert not p.backbone_training.restart_steps and "warm restart" not in text
+    assert f"{p.backbone_training.steps} steps with blocks of [4, 16]" in text
+    two = dataclasses.replace(p, backbone_training=dataclasses.replace(p.backbone_training, restart_steps=2400,
+                                                                        restart_lr=1e-3))  # fmt: skip
+    assert preregister._restart_line(two, {}) == [
+        "- two phases: 2400 steps at lr 0.002, then a warm restart of 2400 steps (a fresh AdamW warming up again to "
+        "0.001, cosine to 0.1× of it)"]  # fmt: skip
 
 
 def test_the_preregistration_refuses_another_backbones_regime_and_names_misses(tmp_path):
