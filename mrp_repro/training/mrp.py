@@ -80,7 +80,7 @@ class TrajectoryData:
     """Trajectory rows as padded tensors: ids (N, S+1, L), hidden (N, S+1, L, H), ...; contexts as lists."""
 
     def __init__(self, datasets_list, mask_id: int, block_size: int):
-        metas = [self._meta(ds, block_size) for ds in datasets_list]
+        metas = [self._meta(json.loads(ds.info.description or "{}"), block_size) for ds in datasets_list]
         sizes = [len(ds) for ds in datasets_list]
         hidden_size = next((len(ds[0]["hidden"]) // (len(ds[0]["ids"])) for ds in datasets_list if len(ds)), 0)
         self._allocate(sizes, max([1] + [m["chain_steps"] for m in metas]), hidden_size, mask_id, block_size)
@@ -96,12 +96,10 @@ class TrajectoryData:
         from mrp_repro.trajectory_store import read_manifest
 
         manifests = [read_manifest(d) for d in dirs]
-        for d, m in zip(dirs, manifests):
-            if m.get("block_size", block_size) != block_size:
-                raise ValueError(f"trajectories of block {m.get('block_size')} cannot train block {block_size}")
+        metas = [cls._meta(m, block_size) for m in manifests]
         self = cls.__new__(cls)
         sizes = [int(m["n_rows"]) for m in manifests]
-        S = max([1] + [int(m.get("chain_steps", 1)) for m in manifests])
+        S = max([1] + [m["chain_steps"] for m in metas])
         self._allocate(sizes, S, int(manifests[0]["hidden_size"]) if manifests else 0, mask_id, block_size)
         for si, d in enumerate(dirs):
             ds = load_trajectories(d, expect=expect)
@@ -109,13 +107,13 @@ class TrajectoryData:
                 raise TrajectoryError(f"{d}: {len(ds)} rows, its manifest says {sizes[si]}; delete it and collect "
                                       "it again")  # fmt: skip
             self._fill(ds, si)
-            del ds
+            del ds  # before the next load: two collections' tables never live together
         self._finish()
         return self
 
     @staticmethod
-    def _meta(ds, block_size: int) -> dict:
-        meta = json.loads(ds.info.description or "{}")
+    def _meta(meta: dict, block_size: int) -> dict:
+        """A collection's settings (its manifest, or a loaded dataset's description: the manifest less its shards)."""
         if meta.get("block_size", block_size) != block_size:
             raise ValueError(f"trajectories of block {meta.get('block_size')} cannot train block {block_size}")
         return {"chain_steps": int(meta.get("chain_steps", 1))}
