@@ -5,7 +5,8 @@
 #   make test-portable                   # numerics-sensitive tests under each CPU capability emulated here
 #   make test-slow                       # the slow tests (CI runs them once, after test-portable)
 #   make test-random SEED=1234           # the suite in a random order (pytest-randomly; the seed is printed)
-#   make reproduce NPROC=2           # heavy stages (trajectories, head, decoding grids) on 2 torchrun ranks
+#   make reproduce NPROC=1           # everything in the notebooks, one process (default auto: a torchrun rank per
+#                                    # CPU core for the heavy stages; 1 on a GPU or with FROM_SCRATCH)
 #   make reproduce FROM_SCRATCH=1        # retrain the published backbone and head (artifacts/<profile>/) and compare
 # Profiles: configs/<name>.yaml (smoke, tiny, chain16, sdar-mini, sdar-1.7b, sdar-4b, sdar-8b).
 #   make reproduce PROFILE=sdar-mini  # the SDAR path on CPU: a generated toy SDAR checkpoint + released-format head
@@ -13,7 +14,7 @@
 
 PYTHON ?= python3
 PROFILE ?= chain16
-NPROC ?= 1
+NPROC ?= auto
 FROM_SCRATCH ?=
 PYTEST_ARGS ?=
 VENV := .venv
@@ -31,7 +32,8 @@ help:
 	@echo "make test-slow   the tests marked slow (CI runs them once)"
 	@echo "make test-random the suite in a random order; SEED=N repeats one (the seed is printed at the top)"
 	@echo "make reproduce   setup, then run every notebook on PROFILE=$(PROFILE) (runs/$(PROFILE)/, figures/$(PROFILE)/)"
-	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (default 1: in the notebooks)"
+	@echo "                 NPROC=N runs the heavy stages first on N torchrun ranks (1: in the notebooks; default auto:"
+	@echo "                 a rank per CPU core, at most 8, on a CPU; 1 on a GPU or with FROM_SCRATCH)"
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (chain16, tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/; 22 min measured on tiny) and compares (docs/published.md)"
 	@echo "make gpu-check   the GPU check with the machine's CUDA torch, no install (kernels vs reference, verify at SDAR-4B"

@@ -4,6 +4,7 @@
     python -m mrp_repro.reproduce --profile smoke --only 00 01
     python -m mrp_repro.reproduce --profile nosuch --debug   # a user error with its traceback
     python -m mrp_repro.reproduce --profile tiny --nproc 2   # `make reproduce NPROC=2`: heavy stages on 2 ranks
+    python -m mrp_repro.reproduce --profile tiny --nproc 1   # everything in the notebooks, one process
     MRP_REPRO_FROM_SCRATCH=1 python -m mrp_repro.reproduce --profile tiny   # `make reproduce FROM_SCRATCH=1`
 
 Executes notebooks/[0-9][0-9]_*.ipynb with papermill on the Jupyter kernel
@@ -16,10 +17,12 @@ source) and its executed copy. Stages whose cached artifacts are valid (runs/<pr
 results-<profile hash>/) are reused, so a re-run only recomputes what changed. OPT_IN
 notebooks (10_ablations: about an hour of head training on tiny) run only when named: `--only 10` (`make ablations`).
 
-With --nproc N > 1 the heavy stages run first, through torchrun on N local ranks (mrp_repro.distributed):
+--nproc auto (the default, auto_nproc): a rank per CPU core on a CPU (at most 8), 1 on a GPU, with
+$MRP_REPRO_FROM_SCRATCH or with --only (the named notebooks run as they are). With --nproc N > 1 the heavy stages
+run first, through torchrun on N local ranks (mrp_repro.distributed):
 the backbone (one process), the trajectories of every trajectories.sources entry (sharded), the head (DDP; not
-with mrp.pretrained) and the decoding grids (report.grids, sharded). The notebooks then run as always, in one
-process, and read what those stages wrote. With N = 1 nothing changes.
+with mrp.pretrained) and the decoding grids (report.grids and report.peers, sharded). The notebooks then run as
+always, in one process, and read what those stages wrote. With N = 1 nothing changes.
 
 A profile with published artifacts (artifacts/<profile>/, mrp_repro.published) evaluates them: the backbone and
 head are not trained. With $MRP_REPRO_FROM_SCRATCH=1 everything is retrained under runs/from-scratch/, the figures
@@ -148,6 +151,27 @@ def _stamp_commit(path: Path, profile) -> None:
     write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
+#: the most local ranks --nproc auto starts on a CPU
+MAX_AUTO_RANKS = 8
+
+
+def auto_nproc() -> int:
+    """--nproc auto: one rank per CPU core this process may use (at most MAX_AUTO_RANKS) when the run decodes on a
+    CPU; else 1. Why ranks and not threads: a CPU stand-in's forwards are too small to split
+    over threads (chain16's static(1) batch: 4.20 s on 2 threads, 4.31 s on 1; two 1-thread processes at once: 4.52
+    and 3.95 s), so a second core only helps as a second process. 1 with $MRP_REPRO_FROM_SCRATCH (the published heads
+    were trained in one process; DDP sums gradients in another order, and the retrained head is compared bit for
+    bit) and on a GPU (one device: a second rank would share it)."""
+    import os
+
+    from mrp_repro.runtime import from_scratch, pick_device
+
+    if from_scratch() or pick_device(None).type != "cpu":
+        return 1
+    return max(1, min(MAX_AUTO_RANKS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))  # fmt: skip
+
+
 def heavy_stages(profile, param: str, nproc: int) -> None:
     """The stages that scale out, launched on `nproc` ranks before the notebooks (see the module docstring)."""
     import subprocess
@@ -170,6 +194,7 @@ def heavy_stages(profile, param: str, nproc: int) -> None:
                      for s in profile.trajectories.sources]  # fmt: skip
         launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))
     launches.append(("mrp_repro.report.grids", ["--profile", param], "grids"))
+    launches.append(("mrp_repro.report.peers", ["--profile", param], "peers"))
     for module, args, what in launches:
         print(f"[stages] {what} on {nproc} ranks: python -m {module} {' '.join(args)}", flush=True)
         distributed.launch(module, args, nproc, logs / what)
@@ -181,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (configs/<name>.yaml) or a YAML path")
     ap.add_argument("--only", nargs="*", help="run only these notebooks (number prefix or stem)")
     ap.add_argument("--kernel", default=KERNEL, help="Jupyter kernel name (default: %(default)s)")
-    ap.add_argument("--nproc", type=int, default=1, help="ranks for the heavy stages (torchrun); 1: in the notebooks")
+    ap.add_argument("--nproc", default="auto", help="ranks for the heavy stages (torchrun); 1: in the notebooks; auto "
+                    "(default): auto_nproc, or 1 with --only")
     args = ap.parse_args(argv)
 
     profile = load_profile(args.profile)  # fail fast on a bad profile, as one line (run_cli)
@@ -199,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no notebooks to run (notebooks/[0-9][0-9]_*.ipynb)", file=sys.stderr)
         return 1
 
-    if args.nproc > 1:
-        heavy_stages(profile, param, args.nproc)
+    nproc = (1 if args.only else auto_nproc()) if args.nproc == "auto" else int(args.nproc)
+    if nproc > 1:
+        heavy_stages(profile, param, nproc)
     print(f"profile {profile.name} ({profile.hash}): {len(nbs)} notebooks -> {out_dir}")
     for nb in nbs:
         out = out_dir / nb.name

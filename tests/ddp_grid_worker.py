@@ -2,6 +2,8 @@
 
 python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_grid_worker.py SHARD_DIR OUT_CSV
     [--die-rank R --die-after N [--hard]]   # rank R fails after writing N shards (--hard: os._exit, no error)
+python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_grid_worker.py - - --peers
+    # report.peers.peer_runs of peers_inputs() under $MRP_REPRO_RUNS (the peers grid, sharded)
 """
 
 from __future__ import annotations
@@ -41,6 +43,20 @@ def grid_inputs():
     return p, bb, head, settings, kw
 
 
+def peers_inputs():
+    """(profile, backbone, head) of the sharded peers grid: smoke, 3 prompts a benchmark at batch 2, 8 new tokens."""
+    from mrp_repro.config import load_profile
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.stages import random_backbone
+
+    torch.set_num_threads(1)
+    p = load_profile("smoke").replace({"evaluation.n_prompts": 3, "decoding.max_new_tokens": 8,
+                                       "decoding.batch_size": 2})  # fmt: skip
+    bb = random_backbone(p, std=0.5)
+    head = MRPHead(bb.model.config, 1).init_weights("normal", 0.3, generator=torch.Generator().manual_seed(0))
+    return p, bb, head.eval()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("shard_dir")
@@ -48,8 +64,14 @@ def main(argv=None):
     ap.add_argument("--die-rank", type=int, default=None)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--hard", action="store_true")
+    ap.add_argument("--peers", action="store_true")
     a = ap.parse_args(argv)
     d = distributed.init()
+    if a.peers:
+        from mrp_repro.report import peers
+
+        peers.peer_runs(*peers_inputs())
+        return
     p, bb, head, settings, kw = grid_inputs()
     if a.die_rank == d.rank:  # fault injection: this rank dies after writing die_after shards
         real, n = sharded._write_shard, [0]

@@ -15,14 +15,34 @@ from mrp_repro.measure.runs import collect_runs
 from mrp_repro.measure.sharded import TIMING_COLUMNS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from ddp_grid_worker import grid_inputs  # noqa: E402
+from ddp_grid_worker import grid_inputs, peers_inputs  # noqa: E402
 
 WORKER = str(Path(__file__).with_name("ddp_grid_worker.py"))
 
 
-def _launch(tmp_path, nproc=2, *extra):
+def _launch(tmp_path, nproc=2, *extra, env=None):
     distributed.launch(WORKER, [str(tmp_path / "shards"), str(tmp_path / "merged.csv"), *extra], nproc,
-                       tmp_path / "logs", timeout_s=240, extra_env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+                       tmp_path / "logs", timeout_s=240, extra_env={"OMP_NUM_THREADS": "1", **(env or {})})  # fmt: skip
+
+
+def test_the_peers_grid_on_two_ranks_is_the_single_process_one(tmp_path, monkeypatch):
+    """report.peers.peer_runs under torchrun (make reproduce NPROC=2): each rank decodes its shards, rank 0 stores
+    the merged frame with its method column, equal to the one-process decode in every cell but the clock, and the
+    shard directory is gone."""
+    from mrp_repro.report import paper, peers
+
+    monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
+    _launch(tmp_path, 2, "--peers", env={"MRP_REPRO_RUNS": str(tmp_path / "runs")})
+    p, bb, head = peers_inputs()
+    stored = paper.result_path(p, peers.GRID)
+    buf = io.StringIO()
+    peers.decode(p, bb, head).to_csv(buf, index=False)
+    clock = [*TIMING_COLUMNS, "resumed_from"]
+    two, one = (pd.read_csv(io.StringIO(t), dtype=str, keep_default_na=False).drop(columns=clock)
+                for t in (stored.read_text(), buf.getvalue()))  # fmt: skip
+    pd.testing.assert_frame_equal(two, one)
+    assert set(pd.read_csv(stored)["wall_rank"]) == {0, 1} and set(two["method"]) >= {"static", "spiffy", "wino"}
+    assert not (paper.results_dir(p) / f"{peers.GRID}.shards").exists()
 
 
 @pytest.fixture(scope="module")

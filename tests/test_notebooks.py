@@ -189,17 +189,19 @@ def test_reproduce_nproc_2_collects_the_same_grids_on_two_ranks(kernel, smoke_di
 
     from mrp_repro.config import load_profile
     from mrp_repro.measure.sharded import TIMING_COLUMNS
-    from mrp_repro.report import grids, paper, scaling
+    from mrp_repro.report import grids, paper, peers, scaling
     from mrp_repro.reproduce import heavy_stages
 
     _run_smoke("09_claims", kernel, smoke_dirs)  # the one-process grids (01, 05-07; 09 the controls), if not yet
     P = load_profile("smoke")
-    one = {g: paper.result_path(P, g).read_text() for g in grids.GRIDS}
-    scaling.clear_grids(P, grids.GRIDS)
+    every = (*grids.GRIDS, peers.GRID)  # 07's peers grid too (report.peers: sharded the same way)
+    one = {g: paper.result_path(P, g).read_text() for g in every}
+    scaling.clear_grids(P, every)
     heavy_stages(P, "smoke", 2)
-    for g in grids.GRIDS:
+    for g in every:
         two = paper.result_path(P, g).read_text()
         a, b = (pd.read_csv(io.StringIO(t), dtype=str, keep_default_na=False) for t in (one[g], two))
+        assert len(a) and set(a["extra_rows"]) != {""}, g  # every grid records extra_rows
         pd.testing.assert_frame_equal(a.drop(columns=list(TIMING_COLUMNS)), b.drop(columns=list(TIMING_COLUMNS)))
         assert set(b["wall_rank"]) == {"0", "1"}, g
     stamp = paper.result_path(P, "modes_runs").stat().st_mtime_ns

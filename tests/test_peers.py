@@ -7,11 +7,11 @@ added by one declaration (methods.register) is decoded, tabulated and drawn with
 
 from __future__ import annotations
 
+import io
 import math
 
-import pandas as pd
-
 import matplotlib
+import pandas as pd
 
 matplotlib.use("Agg")
 
@@ -160,3 +160,37 @@ def test_aup_is_the_weighted_area_under_accuracy_against_parallelism():
     a = peers.aup_table(t).set_index("method")
     assert a.loc["mrp", "aup"] == pytest.approx(100 + (100 + w80) / 2) and a.loc["static", "aup"] == 100.0
     assert a.loc["mrp", "aup_settings"] == 2 and (a["aup_best_accuracy"] == 100.0).all()
+
+
+def test_peer_runs_resumes_a_killed_grid_from_its_kept_batches(smoke_profile, models, tmp_runs, monkeypatch):
+    """peer_runs keeps each finished batch in <results>/peers_runs.partial/ (collect_runs): a grid killed after its
+    first batch decodes only the rest when rerun, the stored frame equals an uninterrupted one but for the clock, and
+    the partial directory is gone once the frame is stored."""
+    from mrp_repro.measure import runs as runs_mod
+    from mrp_repro.report import paper
+
+    P = smoke_profile.replace({"evaluation.n_prompts": 3, "decoding.max_new_tokens": 8, "decoding.batch_size": 2})
+    whole = peers.decode(P, *models)
+    real, calls = runs_mod.decode_batch, []
+
+    def dies_after_the_first(*a, **k):
+        if calls:
+            raise KeyboardInterrupt("killed")
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(runs_mod, "decode_batch", dies_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        peers.peer_runs(P, *models)
+    partial = paper.results_dir(P) / f"{peers.GRID}.partial"
+    assert len(list(partial.glob("*.json"))) == 1 and paper.load_result(P, peers.GRID) is None
+    decoded = []
+    monkeypatch.setattr(runs_mod, "decode_batch", lambda *a, **k: decoded.append(1) or real(*a, **k))
+    got = peers.peer_runs(P, *models)
+    assert len(decoded) == 3  # 2 benchmarks x batches of 2 and 1 prompts, less the kept one
+    clock = ["wall_s", "resumed_from"]
+    as_text = lambda df: pd.read_csv(io.StringIO(df.drop(columns=clock).to_csv(index=False)), dtype=str,  # noqa: E731
+                                     keep_default_na=False)  # the stored file's cells against the decoded frame's
+    pd.testing.assert_frame_equal(as_text(got), as_text(whole))
+    assert (got["resumed_from"].fillna("") != "").sum() == (whole["setting"].nunique() * 2)  # the kept batch's rows
+    assert not partial.exists() and (got["extra_rows"] >= 0).all()

@@ -373,3 +373,39 @@ def test_a_missing_or_unreadable_head_names_the_profiles_command(tmp_path, smoke
     with pytest.raises(CheckpointError) as e:
         stages._load_head(bb, tmp_path / "mrp-x", False)
     assert str(e.value).endswith("and rerun python -m mrp_repro.stages head --profile smoke"), str(e.value)
+
+
+def test_reproduce_nproc_auto_is_a_rank_per_core_on_a_cpu_and_one_when_retraining(monkeypatch):
+    """--nproc auto (make reproduce's default): the CPU cores this process may use, at most MAX_AUTO_RANKS; 1 with
+    $MRP_REPRO_FROM_SCRATCH (published heads are compared bit for bit with one-process training) or on a GPU."""
+    import os
+
+    from mrp_repro import reproduce, runtime
+
+    monkeypatch.delenv(runtime.FROM_SCRATCH_ENV, raising=False)
+    monkeypatch.setenv("MRP_REPRO_DEVICE", "cpu")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert reproduce.auto_nproc() == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert reproduce.auto_nproc() == reproduce.MAX_AUTO_RANKS
+    monkeypatch.setenv(runtime.FROM_SCRATCH_ENV, "1")
+    assert reproduce.auto_nproc() == 1
+    monkeypatch.delenv(runtime.FROM_SCRATCH_ENV)
+    monkeypatch.setattr(runtime, "pick_device", lambda requested=None: torch.device("cuda"))
+    assert reproduce.auto_nproc() == 1
+
+
+def test_reproduce_runs_the_heavy_stages_on_auto_ranks_unless_notebooks_are_named(monkeypatch, tmp_runs):
+    """reproduce.main with no --nproc: heavy_stages on auto_nproc() ranks before the notebooks; with --only the named
+    notebooks run as they are (no heavy stages); --nproc 1 runs none."""
+    from mrp_repro import reproduce
+
+    calls = []
+    monkeypatch.setattr(reproduce, "auto_nproc", lambda: 2)
+    monkeypatch.setattr(reproduce, "heavy_stages", lambda profile, param, nproc: calls.append(nproc))
+    monkeypatch.setattr(reproduce, "run_notebook", lambda *a, **k: None)
+    monkeypatch.setattr(reproduce, "notebooks", lambda only=None: [Path("notebooks/00_environment.ipynb")])
+    monkeypatch.setattr("mrp_repro.report.tables.write_glossary", lambda figs: (Path("COLUMNS.md"), []))
+    assert reproduce.main(["--profile", "smoke"]) == 0 and calls == [2]
+    assert reproduce.main(["--profile", "smoke", "--only", "00"]) == 0 and calls == [2]
+    assert reproduce.main(["--profile", "smoke", "--nproc", "1"]) == 0 and calls == [2]

@@ -207,7 +207,8 @@ def run_setting(backbone, problems: Sequence, mode: str, policy: Policy, batch_s
                 "denoise_forwards": s.denoise_forwards, "commit_forwards": s.commit_forwards,
                 "fused_commits": s.fused_commits, "mrp_forwards": s.mrp_forwards, "rounds": s.rounds,
                 "drafted": s.drafted, "accepted": s.accepted, "revoked": s.revoked,
-                "accept_lengths": " ".join(map(str, s.accept_lengths)), "wall_s": wall, "wall_rank": rank,
+                "accept_lengths": " ".join(map(str, s.accept_lengths)), "extra_rows": int(getattr(s, "extra_rows", 0)),
+                "wall_s": wall, "wall_rank": rank,
                 "resumed_from": "", "identical_to_static": False,
                 **_upstream_columns(res, len(idx)),
             }  # fmt: skip
@@ -265,7 +266,7 @@ def decode_batch(backbone, problems: Sequence, indices: Sequence[int], settings,
 
 
 #: the first field of a partial batch file's header line (write_partial); a file without it is not read
-PARTIAL_FORMAT = "mrp-runs-partial-batch/1"
+PARTIAL_FORMAT = "mrp-runs-partial-batch/2"  # 2: rows carry extra_rows
 
 
 def grid_record(profile, backbone, head, settings, batch_size: int, max_new_tokens: int, inputs: str) -> dict:

@@ -84,8 +84,8 @@ RUN_COLUMNS: dict[str, str] = {
     "accept_lengths": "speculative: drafts accepted per round, space-separated (a string: survives CSV)",
     "extra_rows": "block-rows the row's counted denoising forwards processed beyond one block each "
     "(decoding.engine.RowStats.extra_rows: a verify of M candidate blocks M - 1, WINO's shadow block 1): what a wide "
-    "forward costs beyond the one denoise_forwards counts; recorded in peers_runs (report.peers), blank in the "
-    "grids that do not record it",
+    "forward costs beyond the one denoise_forwards counts (measure.runs.run_setting; blank in a grid stored before "
+    "it was recorded)",
     "wall_s": "the batch's wall seconds split evenly over its rows",
     "wall_rank": "the torch.distributed rank whose clock measured wall_s (0 in one process); compare wall times "
     "within a rank only: every setting of one prompt is decoded on the same rank (measure.sharded)",

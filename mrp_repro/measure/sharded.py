@@ -83,6 +83,7 @@ def grid_key(profile, backbone, head, shards: list[dict], settings, batch_size: 
         backbone=model_fingerprint(backbone.model),
         head=model_fingerprint(head) if head is not None else None,
         columns=list(RUN_COLUMNS),
+        rows_version=2,  # 2: rows carry extra_rows (measure.runs.run_setting)
     )
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -2,6 +2,8 @@
 measure.runs.collect_runs, in one table and one figure.
 
     from mrp_repro.report import peers
+    python -m mrp_repro.report.peers --profile chain16 --nproc 2   # the grid alone, on 2 torchrun ranks
+
     out = peers.run(P, bb, head)            # figures/<profile>/peers.{md,tex,csv,png,pdf}; out["table"], out["runs"]
     runs = peers.peer_runs(P, bb, head)     # report.paper's result "peers_runs": the stored frame, else decoded
     t = peers.peers_table(runs, head_cost=0.3, row_cost=0.2)
@@ -15,9 +17,10 @@ and any method registered later with runs=("peers_runs",) (a new peer is one dec
 then each lossless method's reference where no method decodes it (dynamic(0.9) on a profile without τ = 0.9), and
 methods.PeerStatic, the peer family's static(1) that collect_runs compares the peer rows with (identical_to_static;
 its rows stay out of the table). One collect_runs call at the decoding batch size: every setting of a batch is
-decoded back to back, so each wall-clock ratio over static(1) is paired. Two runs columns collect_runs does not
-write are written here: `method` (the declaration each setting comes from) and `extra_rows` (RowStats.extra_rows of
-every decoded row, read off the engine's results through a wrapped backbone, where collect_runs left it blank).
+decoded back to back, so each wall-clock ratio over static(1) is paired. One runs column collect_runs does not
+write is written here: `method` (the declaration each setting comes from; with_methods). Resumable and sharded as
+report.grids' grids (peer_runs); `python -m mrp_repro.report.peers --profile P --nproc 2` decodes it on 2 torchrun
+ranks (make reproduce NPROC=2 does, before the notebooks).
 
 The table (peers_table), per benchmark, method and setting: accuracy with its CI; TPF; weighted_tpf (head calls
 charged head_cost); charged_tpf (and every block-row beyond one in a forward charged row_cost: each method pays its
@@ -54,7 +57,7 @@ from mrp_repro.report.plots_base import (
 )
 
 __all__ = ["GRID", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode", "peer_runs",
-           "costs", "peers_table", "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
+           "with_methods", "costs", "peers_table", "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
 
 #: the grid frame (report.paper's result name, methods.RUNS) and the names of the table and figure
 GRID = "peers_runs"
@@ -104,47 +107,28 @@ def grid_settings(profile, head, backbone) -> list[tuple[str, str, object]]:
     return list(out.values())
 
 
-class _Recorder:
-    """The backbone, recording every decoded row's RowStats.extra_rows under (setting, prompt ids), in decoding order:
-    collect_runs decodes through it as through the backbone (every other attribute is the backbone's)."""
-
-    def __init__(self, backbone):
-        self._backbone = backbone
-        self.extra: dict[tuple, list[int]] = {}
-
-    def __getattr__(self, name):
-        return getattr(self._backbone, name)
-
-    def generate(self, prompts, policy, max_new_tokens, **options):
-        res = self._backbone.generate(prompts, policy, max_new_tokens, **options)
-        for p, s in zip(prompts, res.stats, strict=True):
-            self.extra.setdefault((policy.name, tuple(p)), []).append(int(getattr(s, "extra_rows", 0)))
-        return res
+def with_methods(runs: pd.DataFrame, spec: list[tuple[str, str, object]]) -> pd.DataFrame:
+    """`runs` with the column method: each setting's declaration in `spec` (grid_settings; '' for PeerStatic)."""
+    runs = runs.copy()
+    runs["method"] = runs["setting"].map({pol.name: meth for meth, _, pol in spec})
+    if runs["extra_rows"].isna().any():
+        raise RuntimeError("peers: a decoded row has no extra_rows (a grid stored before measure.runs recorded it); "
+                           f"remove {GRID}'s stored file and decode it again")  # fmt: skip
+    runs["extra_rows"] = runs["extra_rows"].astype(int)
+    return runs
 
 
 def decode(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
-           batch_size: int | None = None, max_new_tokens: int | None = None,
-           progress: bool = False) -> pd.DataFrame:  # fmt: skip
-    """The peers grid decoded now (measure.runs.collect_runs as it is), with the columns method and extra_rows."""
-    from mrp_repro.backbone import encode_prompts
-    from mrp_repro.measure.runs import collect_runs, eval_problems
+           batch_size: int | None = None, max_new_tokens: int | None = None, progress: bool = False,
+           partial=None) -> pd.DataFrame:  # fmt: skip
+    """The peers grid decoded now in this process (measure.runs.collect_runs, resumable from `partial` as there), with
+    the column method."""
+    from mrp_repro.measure.runs import collect_runs
 
     spec = grid_settings(profile, head, backbone)
-    rec = _Recorder(backbone)
-    runs = collect_runs(profile, rec, head, n_prompts, benchmarks, [(mode, pol) for _, mode, pol in spec], batch_size,
-                        max_new_tokens, progress)  # fmt: skip
-    runs["method"] = runs["setting"].map({pol.name: meth for meth, _, pol in spec})
-    extra = runs["extra_rows"].astype(float)
-    for bench in dict.fromkeys(runs["benchmark"]):
-        prompts = encode_prompts(backbone, eval_problems(profile, bench, n_prompts))
-        rows = runs[(runs["benchmark"] == bench) & extra.isna()].sort_values(["setting", "prompt_index"], kind="stable")
-        for i, setting, j in zip(rows.index, rows["setting"], rows["prompt_index"], strict=True):
-            got = rec.extra.get((setting, tuple(prompts[int(j)])))
-            if not got:
-                raise RuntimeError(f"peers: no decoded row of {setting} on {bench} prompt {j} was recorded")
-            extra[i] = got.pop(0)  # identical prompts of one setting: decoded in prompt order
-    runs["extra_rows"] = extra.astype(int)
-    return runs
+    runs = collect_runs(profile, backbone, head, n_prompts, benchmarks, [(mode, pol) for _, mode, pol in spec],
+                        batch_size, max_new_tokens, progress, partial=partial)  # fmt: skip
+    return with_methods(runs, spec)
 
 
 def _fits(runs: pd.DataFrame, profile, head, n_prompts) -> bool:
@@ -164,13 +148,42 @@ def _fits(runs: pd.DataFrame, profile, head, n_prompts) -> bool:
 
 def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: bool = False) -> pd.DataFrame:
     """report.paper's stored result peers_runs when it is this grid (its methods: grid_methods, every benchmark, the
-    prompts n_prompts gives, the decoding batch size), else decoded now (decode) and stored."""
+    prompts n_prompts gives, the decoding batch size), else decoded now and stored. Resumable as report.grids' grids:
+    in one process each finished batch is kept in <results>/peers_runs.partial/ (collect_runs), under torchrun (every
+    rank calls it; `python -m mrp_repro.report.peers --nproc N`, make reproduce NPROC=N) each rank's batches in
+    peers_runs.shards/ (measure.sharded); either is removed once the frame is stored. Every rank returns the frame."""
+    import os
+    import shutil
+
+    from mrp_repro import distributed
     from mrp_repro.report import paper
 
     stored = paper.load_result(profile, GRID)
     if stored is not None and _fits(stored, profile, head, n_prompts):
         return stored
-    paper.save_result(profile, GRID, decode(profile, backbone, head, n_prompts, progress=progress))
+    d = distributed.current()
+    partial = paper.results_dir(profile) / f"{GRID}.partial"
+    shard_dir = paper.results_dir(profile) / f"{GRID}.shards"
+    if d.active or "WORLD_SIZE" in os.environ:
+        from mrp_repro.measure.sharded import collect_runs_sharded
+
+        spec = grid_settings(profile, head, backbone)
+        merged = shard_dir / "merged.csv"
+        rerun = f"python -m mrp_repro.report.peers --profile {profile.cli_arg} --nproc {d.world}"
+        collect_runs_sharded(profile, backbone, head, shard_dir, merged, n_prompts,
+                             settings=[(mode, pol) for _, mode, pol in spec], progress=progress, rerun=rerun)
+        if d.is_main:
+            paper.save_result(profile, GRID, with_methods(pd.read_csv(merged), spec))
+    else:
+        paper.save_result(profile, GRID, decode(profile, backbone, head, n_prompts, progress=progress,
+                                                partial=partial))  # fmt: skip
+    if d.is_main:
+        for p in (partial, shard_dir):  # stored in full: the kept batches are in it
+            if p.is_symlink():
+                p.unlink()
+            elif p.exists():
+                shutil.rmtree(p)
+    d.barrier()
     return paper.load_result(profile, GRID)
 
 
@@ -351,3 +364,36 @@ def run(profile, backbone, head, n_prompts: int | None = None, out=None, progres
     paths += save_figure(fig, figs, FIGURE)
     plt.close(fig)
     return {"runs": runs, "table": t, "aup": a, "costs": c, "paths": paths}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import os
+
+    from mrp_repro import distributed, stages
+    from mrp_repro.config import DEFAULT_PROFILE, load_profile
+    from mrp_repro.runtime import runs_root, seed_everything
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default=DEFAULT_PROFILE)
+    ap.add_argument("--nproc", type=int, default=1, help="launch this many local ranks through torchrun")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    profile = load_profile(a.profile)
+    if a.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: launch it
+        args = ["--profile", a.profile] + (["--no-progress"] if a.no_progress else [])
+        distributed.launch("mrp_repro.report.peers", args, a.nproc, runs_root() / profile.name / "logs" / "peers")
+        return
+    d = distributed.init()
+    seed_everything(profile.seed)
+    bb = stages.shared_backbone(profile, progress=not a.no_progress)
+    head = stages.head(profile, bb)
+    df = peer_runs(profile, bb, head, progress=not a.no_progress)
+    if d.is_main:
+        print(f"{GRID}: {len(df)} rows", flush=True)
+
+
+if __name__ == "__main__":
+    from mrp_repro.cli import run_cli
+
+    run_cli(main)
