@@ -8,6 +8,7 @@
     d = distributed.init()            # Dist(rank, world, local_rank, backend); world 1 outside torchrun
     mine = d.shard(range(n))          # this rank's items: i % world == rank (deterministic, disjoint, complete)
     d.all_reduce_sum([loss_sum, n])   # sums over ranks (the values themselves at world 1)
+    with distributed.stage_lock(out, "what"):   # a directory every rank writes: rank 0 locks it, clears dead temps
 
 Backend: nccl on CUDA, gloo on CPU. A rank on CUDA uses cuda:<local rank>. Outside torchrun (no WORLD_SIZE)
 nothing is initialised and every helper is the identity, so single-process code paths are unchanged.
@@ -18,6 +19,7 @@ the rank, its exit status and its log.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import os
 import re
@@ -35,7 +37,7 @@ import torch.distributed as dist
 from mrp_repro import integrity
 from mrp_repro.errors import UserError
 
-__all__ = ["Dist", "init", "current", "launch", "without_nproc", "RankFailed", "ERROR_FILE_ENV"]
+__all__ = ["Dist", "init", "current", "launch", "without_nproc", "stage_lock", "RankFailed", "ERROR_FILE_ENV"]
 
 #: where a failing rank writes its traceback (set by `launch`, read back to name the rank)
 ERROR_FILE_ENV = "MRP_REPRO_RANK_ERRORS"
@@ -134,6 +136,28 @@ def _leave() -> None:
     (seen in tests/test_ddp_training.py on a loaded machine)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def stage_lock(d: str | os.PathLike, what: str):
+    """integrity.stage_lock on directory `d` for a stage every rank writes, with a killed run's temporaries cleared
+    (integrity.remove_stale_temps_in) before anything is written. Under torchrun rank 0 holds the lock for the whole
+    launch and clears `d` before a barrier that every rank passes before writing, so no temporary a live rank made
+    is taken for a dead one's, and a second launch (or a one-process run) on `d` gets StageLocked instead of writing
+    beside this one; every rank waits at a second barrier before rank 0 lets go. In one process: the lock and the
+    clearing."""
+    ctx = current()
+    if not ctx.active:
+        with integrity.stage_lock(d, what):
+            integrity.remove_stale_temps_in(d)
+            yield
+        return
+    with integrity.stage_lock(d, what) if ctx.is_main else contextlib.nullcontext():
+        if ctx.is_main:
+            integrity.remove_stale_temps_in(d)
+        ctx.barrier()
+        yield
+        ctx.barrier()  # a rank still writing keeps rank 0's lock held
 
 
 def without_nproc(argv: Sequence[str]) -> list[str]:

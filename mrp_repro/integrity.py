@@ -351,8 +351,8 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
 def remove_stale_temps_in(d: str | os.PathLike) -> list[Path]:
     """remove_stale_temps for every name in directory `d` at once: each `.<name>.*.tmp` / `.<name>.*.old` entry
     directly in `d` (what atomic_file / atomic_dir of a killed process left there). Only safe while holding `d`'s
-    stage_lock with no other writer of `d` (torchrun ranks writing shards side by side are such writers: their
-    stages do not call it)."""
+    stage_lock with no other writer of `d` (torchrun ranks writing side by side are such writers:
+    distributed.stage_lock clears `d` on rank 0 before a barrier that every rank passes before writing)."""
     d = Path(d)
     if not d.is_dir():
         return []

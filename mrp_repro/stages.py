@@ -271,10 +271,8 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
         ts = profile.mrp.train_source
         source = ts if isinstance(ts, str) else ts[0]
     out = trajectories_dir(profile, bb, source)
-    if distributed.current().active:  # the ranks write their own shards (trajectory_store): no lock
-        return _trajectories(profile, bb, source, out, progress)
-    with integrity.stage_lock(out, f"trajectory collection ({source}) of profile {profile.name}"):
-        integrity.remove_stale_temps_in(out)  # a killed run's half-written shard or manifest (the lock is ours)
+    # a killed run's half-written shard or manifest is cleared under the lock (under torchrun: rank 0's, for the launch)
+    with distributed.stage_lock(out, f"trajectory collection ({source}) of profile {profile.name}"):
         return _trajectories(profile, bb, source, out, progress)
 
 
@@ -349,10 +347,8 @@ def train_head(profile: Profile, bb: Backbone, progress: bool = True, allow_back
     if pub is not None:
         return pub
     out = head_dir(profile, bb)
-    if distributed.current().active:  # ranks share the directory through files (rank 0 writes): no lock
-        return _train_head(profile, bb, out, progress, allow_backbone_mismatch)
-    with integrity.stage_lock(out, f"head training of profile {profile.name}"):  # a second process: StageLocked
-        integrity.remove_stale_temps_in(out)  # a killed run's half-written checkpoint or head (the lock is ours)
+    # a second process: StageLocked; a killed run's half-written checkpoint or head is cleared under the lock
+    with distributed.stage_lock(out, f"head training of profile {profile.name}"):
         return _train_head(profile, bb, out, progress, allow_backbone_mismatch)
 
 

@@ -233,6 +233,23 @@ def _build_qwen_tokenizer_object() -> Tokenizer:
     return tok
 
 
+def _write_cache(tok_obj: Tokenizer, path: Path) -> None:
+    """tok_obj saved as `path`, atomically, under the cache directory's lock, after clearing what a killed writer left
+    there (integrity.remove_stale_temps_in; `tokenizer.tmp<pid>` of earlier versions too). A cache another process
+    is writing, or one that cannot be written, is left alone: caching is an optimisation only."""
+    from mrp_repro import integrity
+
+    try:
+        with integrity.stage_lock(path.parent, "the offline Qwen tokenizer cache"):
+            integrity.remove_stale_temps_in(path.parent)
+            for old in path.parent.glob("tokenizer.tmp*"):  # before atomic_file: a killed process's, never removed
+                old.unlink(missing_ok=True)
+            with integrity.atomic_file(path) as tmp:
+                tok_obj.save(str(tmp))
+    except (OSError, integrity.StageLocked, integrity.LinkRefused):
+        pass
+
+
 def build_qwen_tokenizer_offline(cache: bool = True) -> PreTrainedTokenizerFast:
     """The Qwen3 / SDAR tokenizer, built offline (no hub access); cached as tokenizer.json."""
     path = _cache_dir() / "tokenizer.json"
@@ -245,13 +262,7 @@ def build_qwen_tokenizer_offline(cache: bool = True) -> PreTrainedTokenizerFast:
     if tok_obj is None:
         tok_obj = _build_qwen_tokenizer_object()
         if cache:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                tok_obj.save(str(tmp))
-                os.replace(tmp, path)
-            except OSError:
-                pass  # caching is an optimisation only
+            _write_cache(tok_obj, path)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok_obj,
         eos_token="<|im_end|>",

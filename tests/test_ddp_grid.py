@@ -150,3 +150,21 @@ def test_init_registers_leaving_the_process_group_at_exit(tmp_path, monkeypatch)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_a_launch_clears_a_killed_runs_temporaries_and_refuses_a_held_directory(tmp_path, reference_csv):
+    """distributed.stage_lock under torchrun: rank 0 holds the shard directory's lock for the launch and clears what
+    a killed run left there before any rank writes (a temporary that no rank's own run would otherwise remove); a
+    directory another process holds fails the launch naming StageLocked, with nothing written."""
+    from mrp_repro import integrity
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    stale = shards / ".synth-code-00000.csv.k1ll3d.tmp"
+    stale.write_text("half a shard")
+    with integrity.stage_lock(shards, "another launch"):
+        with pytest.raises(distributed.RankFailed, match="StageLocked|being written by another process"):
+            _launch(tmp_path)
+        assert stale.exists() and not list(shards.glob("*.csv"))
+    _launch(tmp_path)
+    assert not stale.exists() and _cells((tmp_path / "merged.csv").read_text()).equals(_cells(reference_csv))

@@ -16,6 +16,8 @@ import json
 import os
 import shlex
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -280,6 +282,50 @@ def test_each_stage_removes_a_killed_runs_temporaries_from_its_directory(tmp_run
     d = stages.head_dir(p, bb)
     stale = _stale(d)
     assert stages.train_head(p, bb, progress=False) == d and not stale.exists()
+
+
+
+def test_a_killed_sft_packs_temporaries_are_removed_by_the_next_pack(tmp_path):
+    """The SFT pack cache (training.online.load_packed) is rebuilt under its lock after clearing what a killed pack
+    left there (a half-written ids.bin temporary was left for good)."""
+    from test_online import _bb, _profile, _sft_dir
+
+    from mrp_repro.training.online import load_packed
+
+    p = _profile(_sft_dir(tmp_path, 48))
+    load_packed(p, _bb(), cache_parent=tmp_path / "runs")
+    (cache,) = (tmp_path / "runs").glob("sft-packed-*")
+    (cache / "meta.json").unlink()  # the killed pack never wrote it: the next load packs again
+    stale = cache / ".ids.bin.k1ll3d.tmp"
+    stale.write_bytes(b"\0" * 1000)
+    load_packed(p, _bb(), cache_parent=tmp_path / "runs")
+    assert not stale.exists() and (cache / "meta.json").exists()
+
+
+def test_a_killed_tokenizer_caches_temporaries_are_removed_by_the_next_build(tmp_path, monkeypatch):
+    """The offline Qwen tokenizer's cache is written atomically under its directory's lock, after clearing a killed
+    writer's temporaries (this one's and the earlier `tokenizer.tmp<pid>` names); a cache another process holds is
+    left alone and the tokenizer still builds."""
+    from mrp_repro import tokenizer as tk
+
+    monkeypatch.setenv("MRP_REPRO_CACHE", str(tmp_path / "cache"))
+    d = tk._cache_dir()
+    d.mkdir(parents=True)
+    stale = [d / ".tokenizer.json.k1ll3d.tmp", d / "tokenizer.tmp4242"]
+    for f in stale:
+        f.write_text("{")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+                               "os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+                               "time.sleep(60)", str(d / ".lock")], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        tok = tk.build_qwen_tokenizer_offline()
+        assert all(f.exists() for f in stale) and not (d / "tokenizer.json").exists()  # held: not cached
+    finally:
+        holder.kill()
+        holder.wait()
+    assert tk.build_qwen_tokenizer_offline().encode("def f(x):") == tok.encode("def f(x):")
+    assert not any(f.exists() for f in stale) and (d / "tokenizer.json").is_file()
 
 
 # ----------------------------------------------------------------------------- modes follow the umask

@@ -172,21 +172,23 @@ def collect_runs_sharded(profile, backbone, head, shard_dir: str | os.PathLike, 
     shards = grid_shards(profile, backbone, benchmarks, n_prompts, bs)
     resolved = inputs if inputs is not None else run_inputs.summary_for(profile)  # once: the key and the rows
     key = grid_key(profile, backbone, head, shards, settings, bs, max_new, resolved)
-    mine = [s for s in d.shard(shards) if shard_problem(shard_dir, s, key) is not None]
-    if progress:
-        from tqdm.auto import tqdm
+    # rank 0 holds shard_dir's lock for the launch and clears a killed run's temporaries before any rank writes
+    with distributed.stage_lock(shard_dir, "a sharded decoding grid"):
+        mine = [s for s in d.shard(shards) if shard_problem(shard_dir, s, key) is not None]
+        if progress:
+            from tqdm.auto import tqdm
 
-        mine = tqdm(mine, desc=f"grid shards (rank {d.rank}/{d.world})", dynamic_ncols=True)
-    model = model_for_profile(profile)
-    for s in mine:
-        t0 = time.perf_counter()
-        df = _decode_shard(backbone, s, settings, bs, max_new, model, profile.paper.model, resolved)
-        _write_shard(shard_dir, s, df, key, d, profile, seconds=time.perf_counter() - t0)
-    d.barrier()
-    if not d.is_main:
-        d.barrier()  # rank 0 merges; the launch ends when every rank has returned
-        return None
-    try:
-        return merge_shards(shard_dir, shards, key, settings, benchmarks, out_csv, rerun)
-    finally:
+            mine = tqdm(mine, desc=f"grid shards (rank {d.rank}/{d.world})", dynamic_ncols=True)
+        model = model_for_profile(profile)
+        for s in mine:
+            t0 = time.perf_counter()
+            df = _decode_shard(backbone, s, settings, bs, max_new, model, profile.paper.model, resolved)
+            _write_shard(shard_dir, s, df, key, d, profile, seconds=time.perf_counter() - t0)
         d.barrier()
+        if not d.is_main:
+            d.barrier()  # rank 0 merges; the launch ends when every rank has returned
+            return None
+        try:
+            return merge_shards(shard_dir, shards, key, settings, benchmarks, out_csv, rerun)
+        finally:
+            d.barrier()

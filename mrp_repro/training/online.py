@@ -251,6 +251,7 @@ def load_packed(profile, backbone, cache_parent: Path | None = None) -> tuple[Pa
             if (cache / "meta.json").exists():  # damaged: the source is here, so it is rebuilt
                 print(f"online: not reusing {cache}: {why}; packing it again from {tc.sft_source}", file=sys.stderr)
             with integrity.stage_lock(cache, f"SFT packing for profile {profile.name}"):
+                integrity.remove_stale_temps_in(cache)  # a killed pack's half-written files (the lock is ours)
                 pack_to_disk(samples, tc.seq_len, profile.block_size, cache, pad_id=backbone.pad_id, progress=True)
         d.barrier()
         data, meta = open_packed(cache)
