@@ -164,7 +164,7 @@ def test_bf16_logits_in_their_order():
 def test_both_causes_explain_the_difference():
     """remask_compare at a small vocabulary (fp32): ours with the head on the pre-reveal block (a) and on its own
     block only (b) decodes every token and forward as upstream; ours, and each cause alone, do not."""
-    from mrp_repro.decoding.remask_compare import compare
+    from mrp_repro.report.remask_compare import compare
 
     t = compare(vocab=2048, deltas=(1.0,)).set_index("variant")
     assert t.loc["ours+a+b", "agree_with_upstream"] == 72

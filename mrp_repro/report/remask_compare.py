@@ -1,7 +1,7 @@
 """Upstream vs ours residual remasking on one random whole model (issue 20's comparison), and which cause parts them.
 
-    python -m mrp_repro.decoding.remask_compare               # fp32, CPU: two tables (16 s on one core)
-    from mrp_repro.decoding.remask_compare import compare     # -> DataFrame, one row per (delta, variant)
+    python -m mrp_repro.report.remask_compare               # fp32, CPU: two tables (16 s on one core)
+    from mrp_repro.report.remask_compare import compare     # -> DataFrame, one row per (delta, variant)
 
 The model: SDAR's vocabulary (151,936) at toy width (sdar_mini.MINI_CONFIG), block 8, a 3-layer head,
 random weights with randomised norm gains. Three prompts of 13 tokens, 24 new tokens each (72 tokens), no

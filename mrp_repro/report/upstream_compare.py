@@ -1,7 +1,7 @@
 """Both decoding families side by side on random weights: backbone forwards and TPF of static and speculative K.
 
-    python -m mrp_repro.decoding.upstream_compare                       # fp32, CPU, 8 prompts, batch 1 and 4
-    python -m mrp_repro.decoding.upstream_compare --Ks 1 2 3 --prompts 8 --batch 1 4 --vocab 4096
+    python -m mrp_repro.report.upstream_compare                       # fp32, CPU, 8 prompts, batch 1 and 4
+    python -m mrp_repro.report.upstream_compare --Ks 1 2 3 --prompts 8 --batch 1 4 --vocab 4096
 
 A random SDAR-architecture model (block 8) and a random 3-layer head, seeded; random prompts of 3..20 tokens;
 one row per (batch size, family, setting): forwards and tokens summed over the prompts, identity with the
