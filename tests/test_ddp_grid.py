@@ -25,6 +25,7 @@ def _launch(tmp_path, nproc=2, *extra, env=None):
                        tmp_path / "logs", timeout_s=240, extra_env={"OMP_NUM_THREADS": "1", **(env or {})})  # fmt: skip
 
 
+@pytest.mark.slow  # make test-slow (CI runs it once): make test stays within its 12 minutes
 def test_the_peers_grid_on_two_ranks_is_the_single_process_one(tmp_path, monkeypatch):
     """report.peers.peer_runs under torchrun (make reproduce NPROC=2): each rank decodes its shards, rank 0 stores
     the merged frame with its method column, equal to the one-process decode in every cell but the clock, and the
@@ -86,11 +87,14 @@ def test_two_ranks_merge_to_the_single_process_frame_and_resume_redoes_only_bad_
     files[0].unlink()
     files[3].write_text(files[3].read_text().replace("True", "False", 1))  # corrupt: the sha256 no longer matches
     (tmp_path / "merged.csv").unlink()
+    stale = shards / f".{files[1].name}.k1ll3d.tmp"  # a killed rank's half-written shard: rank 0 clears it
+    stale.write_text("half a shard")
     before = _shard_mtimes(shards)
     _launch(tmp_path)
     after = _shard_mtimes(shards)
     redone = {n for n in after if before.get(n) != after[n]}
     assert redone == {files[0].name, files[3].name}, redone
+    assert not stale.exists()
     assert (tmp_path / "merged.csv").read_text() != "" and _cells((tmp_path / "merged.csv").read_text()).equals(
         _cells(reference_csv)
     )
@@ -152,6 +156,7 @@ def test_init_registers_leaving_the_process_group_at_exit(tmp_path, monkeypatch)
             dist.destroy_process_group()
 
 
+@pytest.mark.slow  # make test-slow; the clearing alone is checked in make test (the resume test above)
 def test_a_launch_clears_a_killed_runs_temporaries_and_refuses_a_held_directory(tmp_path, reference_csv):
     """distributed.stage_lock under torchrun: rank 0 holds the shard directory's lock for the launch and clears what
     a killed run left there before any rank writes (a temporary that no rank's own run would otherwise remove); a
