@@ -157,7 +157,7 @@ def _table_commit(figs: Path) -> str:
         return {r["key"]: r["value"] for r in csv.DictReader(f)}["git_commit"]
 
 
-@pytest.mark.parametrize("profile", ["tiny"])
+@pytest.mark.parametrize("profile", ["tiny", "chain16"])
 def test_committed_notebooks_carry_the_tables_commit(profile):
     """Every executed notebook `make reproduce` runs (reproduce.notebooks(): 00-09) under the committed
     figures/<profile>/notebooks/ ran at the commit its tables record (environment.md's git_commit), from a clean tree:
@@ -168,7 +168,8 @@ def test_committed_notebooks_carry_the_tables_commit(profile):
     figs = ROOT / "figures" / profile
     commit = _table_commit(figs)
     names = [nb.stem for nb in notebooks()]
-    assert sorted(nb.stem for nb in (figs / "notebooks").glob("*.ipynb")) == sorted(EXPECTED)
+    found = {nb.stem for nb in (figs / "notebooks").glob("*.ipynb")}
+    assert set(names) <= found <= set(EXPECTED), found  # every notebook make reproduce runs; opt-in ones if run
     stamps = {n: json.loads((figs / "notebooks" / f"{n}.ipynb").read_text())["metadata"].get("mrp_repro", {})
               for n in names}  # fmt: skip
     assert all(s.get("git_commit") == commit for s in stamps.values()), (commit, stamps)
