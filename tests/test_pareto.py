@@ -87,6 +87,28 @@ def test_plot_has_a_panel_per_benchmark_and_axis():
     assert len(fig.axes) == 4 and {a.get_xlabel() for a in fig.axes} == set(pareto.AXES.values())
 
 
+def test_plot_marks_every_wall_clock_point_whose_clock_gate_did_not_pass():
+    """The wall-clock panels carry each decode's clock gate (report.wallclock.mark_clock): a point whose gate is not in
+    schema.CLOCK_TRUSTED gets a red × (in the legend once), a passed one does not, and the TPF panels none."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report.plots_speed import GATED_LABEL
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    failed = t["setting"] == "dynamic(0.5)"
+    t = t.assign(clock_gate=np.where(t["mode"] == "static", "reference",
+                                     np.where(failed, "failed: repeatable", "passed")))  # fmt: skip
+    fig = pareto.plot_matched_speed(t)
+    marks = {ax.get_xlabel(): [c for c in ax.collections if c.get_label() == GATED_LABEL] for ax in fig.axes}
+    wall = pareto.AXES["wall_speedup"]
+    assert [len(c.get_offsets()) for c in marks[wall]] == [1]
+    want = t[failed & (t["axis"] == "wall_speedup")][["speed", "accuracy"]].to_numpy(float)
+    np.testing.assert_allclose(marks[wall][0].get_offsets(), want)
+    assert not any(v for k, v in marks.items() if k != wall)
+    assert GATED_LABEL in [x.get_text() for x in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
 def test_plot_draws_each_delta_of_one_rule_as_its_own_series():
     """Upstream's δ sweep shares one rule: each δ is a line of its own τ points, never one line through all."""
     t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)

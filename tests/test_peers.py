@@ -155,7 +155,7 @@ def test_aup_is_the_weighted_area_under_accuracy_against_parallelism():
     assert peers.aup([1.0, 3.0], [100.0, 100.0], 100.0) > peers.aup([1.0, 2.0], [100.0, 100.0], 100.0)
     assert peers.aup([1.0, 2.0], [100.0, 60.0], 100.0) < peers.aup([1.0, 2.0], [100.0, 80.0], 100.0)
     assert math.isnan(peers.aup([], [], 100.0)) and math.isnan(peers.aup([float("nan")], [50.0], 100.0))
-    t = pd.DataFrame({"model": "m", "benchmark": "b", "method": ["static", "mrp", "mrp"], "family": "ours",
+    t = pd.DataFrame({"model": "m", "benchmark": "b", "method": ["static", "mrp", "mrp"], "family": "ours", "rule": "",
                       "accuracy": [100.0, 100.0, 80.0], "charged_tpf": [1.0, 1.0, 2.0]})  # fmt: skip
     a = peers.aup_table(t).set_index("method")
     assert a.loc["mrp", "aup"] == pytest.approx(100 + (100 + w80) / 2) and a.loc["static", "aup"] == 100.0
@@ -194,3 +194,21 @@ def test_peer_runs_resumes_a_killed_grid_from_its_kept_batches(smoke_profile, mo
     pd.testing.assert_frame_equal(as_text(got), as_text(whole))
     assert (got["resumed_from"].fillna("") != "").sum() == (whole["setting"].nunique() * 2)  # the kept batch's rows
     assert not partial.exists() and (got["extra_rows"] >= 0).all()
+
+
+def test_the_figure_and_aup_never_join_a_methods_rules_into_one_curve(smoke_profile, models, runs):
+    """MRP remasking's settings hold several rules: each rule is its own series in the figure (a legend entry with that
+    rule's points only) and its own AUP row; a method of one rule keeps one unsuffixed series."""
+    t = peers.peers_table(runs, head_cost=0.5, row_cost=0.25, n_boot=20)
+    rem = t[t["method"] == "remask"]
+    rules = sorted(set(rem["rule"]))
+    assert len(rules) > 1 and (rem["setting"].str.contains(",")).all()
+    fig = peers.plot_peers(t)
+    points = plots_base.legend_points(fig)
+    series = methods.get("remask").series
+    for rule in rules:
+        assert points[f"{series}, rule {rule} [ours]"] == int((rem["rule"] == rule).sum()), points
+    assert f"{series} [ours]" not in points and points[f"{methods.get('static').series} [ours]"] == 1
+    plt.close(fig)
+    a = peers.aup_table(t)
+    assert sorted(a.loc[a["method"] == "remask", "rule"]) == rules

@@ -337,10 +337,13 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     and dynamic settings off it hollow), every remask rule's τ points, direct(K). A remask series whose points are
     the dynamic settings' own (same τ, speed and accuracy) is drawn dashed with larger hollow markers above the
     frontier on those panels, and its label says " (= dynamic)" (on every panel it is drawn on) or " (= dynamic in
-    N of M panels)"."""
+    N of M panels)". A point of the wall-clock axis whose clock_gate (report.wallclock.mark_clock) is not in
+    schema.CLOCK_TRUSTED is marked with a red × (plots_speed.GATED_LABEL), as speedup.png marks its bars."""
     import matplotlib.pyplot as plt
 
+    from mrp_repro.measure.schema import CLOCK_TRUSTED
     from mrp_repro.report.plots_base import set_theme
+    from mrp_repro.report.plots_speed import GATED_LABEL
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
@@ -402,11 +405,20 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             for _, r in d.iterrows():
                 ax.annotate(f"K={int(r['K'])}", (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
+            if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
+                gated = t[t["clock_gate"].notna() & ~t["clock_gate"].isin(CLOCK_TRUSTED)]
+                if len(gated):
+                    ax.scatter(gated["speed"], gated["accuracy"], marker="x", color="red", s=70, lw=1.8, zorder=7,
+                               label=GATED_LABEL)  # fmt: skip
             ax.set_xlabel(AXIS_LABELS[axis])
             ax.set_ylabel("accuracy (%)")
             ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed ({axis})")
             ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen: dict[str, object] = {}  # every panel's legend entries once (the × appears on the wall-clock panels only)
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    handles, labels = list(seen.values()), list(seen)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))

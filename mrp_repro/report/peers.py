@@ -29,8 +29,8 @@ the reference it claims to reproduce and the share of prompts token-identical to
 fails its claim: its speed columns are blank, so no speed of it is reported); the wall-clock speedup over static(1),
 paired over prompts, with its CI. run() marks it with report.wallclock.mark_clock: ours' decodes carry the modes
 grid's measurement of record and gate, the peers' read unchecked (no repeated passes time them). The figure
-(plot_peers): accuracy vs charged_tpf, one panel per benchmark, one marker and colour per method (its series label),
-its settings joined in TPF order.
+(plot_peers): accuracy vs charged_tpf, one panel per benchmark, one marker and colour per method (its series label;
+per method and rule where a method holds several rules), its settings joined in TPF order.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ AUP_TABLE = "peers_aup"
 #: AUP's penalty on an accuracy below the task's best (d3LLM's default)
 AUP_ALPHA = 3.0
 #: the peers table's columns (run() adds clock_gate and clock_record)
-PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "n", "accuracy", "accuracy_lo",
+PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "rule", "n", "accuracy", "accuracy_lo",
                  "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards", "reference",
                  "reference_identical", "throughput_speedup", "throughput_speedup_lo",
                  "throughput_speedup_hi"]  # fmt: skip
@@ -222,8 +222,9 @@ def peers_table(runs: pd.DataFrame, head_cost: float = math.nan, row_cost: float
             raise ValueError(f"{what}: {setting} on {bench} holds a prompt twice (several batch sizes?)")
         m = methods.get(meth)
         g = g.set_index("problem_id")
+        rule = str(g["rule"].fillna("").iloc[0]) if "rule" in g else ""
         row = {"model": model, "benchmark": bench, "method": meth, "family": m.family, "algorithm": algo,
-               "setting": setting, "n": len(g)}  # fmt: skip
+               "setting": setting, "rule": rule, "n": len(g)}  # fmt: skip
         row["accuracy"], row["accuracy_lo"], row["accuracy_hi"] = stats.mean_ci(g["correct"].astype(float), n_boot,
                                                                                 ci, seed)  # fmt: skip
         den = g["denoise_forwards"].sum()
@@ -270,19 +271,20 @@ def aup(tpf: Sequence[float], accuracy: Sequence[float], best: float, alpha: flo
 
 
 def aup_table(table: pd.DataFrame, x: str = "charged_tpf", alpha: float = AUP_ALPHA) -> pd.DataFrame:
-    """One row per benchmark and method of a peers table: its AUP (aup) over its settings with a reported `x`
-    (a lossless method that fails its reference reports none and gets none), the settings counted, and the task's
-    best accuracy that W is relative to."""
-    require(table, ["model", "benchmark", "method", "family", "accuracy", x], "aup_table")
+    """One row per benchmark, method and rule of a peers table (a method's settings of one rule are one curve: MRP
+    remasking's five rules are five, never joined): its AUP (aup) over its settings with a reported `x` (a lossless
+    method that fails its reference reports none and gets none), the settings counted, and the task's best accuracy
+    that W is relative to."""
+    require(table, ["model", "benchmark", "method", "family", "rule", "accuracy", x], "aup_table")
     rows = []
     for (model, bench), g in table.groupby(["model", "benchmark"], sort=False):
         best = float(g["accuracy"].max())
-        for meth, h in g.groupby("method", sort=False):
+        for (meth, rule), h in g.groupby(["method", g["rule"].fillna("")], sort=False):
             family, h = h["family"].iloc[0], h[h[x].notna()]
-            rows.append({"model": model, "benchmark": bench, "method": meth, "family": family,
+            rows.append({"model": model, "benchmark": bench, "method": meth, "family": family, "rule": rule,
                          "aup": aup(h[x], h["accuracy"], best, alpha), "aup_settings": len(h),
                          "aup_best_accuracy": best})  # fmt: skip
-    return pd.DataFrame(rows, columns=["model", "benchmark", "method", "family", "aup", "aup_settings",
+    return pd.DataFrame(rows, columns=["model", "benchmark", "method", "family", "rule", "aup", "aup_settings",
                                        "aup_best_accuracy"])  # fmt: skip
 
 
@@ -298,29 +300,36 @@ def _setting_rows(runs: pd.DataFrame, model, bench, setting: str) -> pd.DataFram
 
 def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
     """Accuracy (CI) vs `x` (default charged_tpf: every method charged its head calls and wide forwards) per
-    benchmark, one marker and colour per method (its declared series and family), its settings joined in x order;
+    benchmark, one marker and colour per series: a method (its declared series and family), or a method and rule where
+    the method's settings hold several rules (MRP remasking's rules are separate curves, never one line through
+    all of them), its settings joined in x order;
     a setting whose speed is blank (a lossless method that fails its reference) is not drawn; a point on an earlier
     method's is drawn hollow and larger (plots_base.nest_coincident_markers: the chain and a graph often coincide)."""
     what = "plot_peers"
-    _need(table, ["benchmark", "method", "family", "setting", "accuracy", "accuracy_lo", "accuracy_hi", x], what)
+    _need(table, ["benchmark", "method", "family", "setting", "rule", "accuracy", "accuracy_lo", "accuracy_hi", x],
+          what)  # fmt: skip
     _unique(table, ["benchmark", "method", "setting"], what)
     set_theme()
+    table = table.assign(rule=table["rule"].fillna("").astype(str))
     benches = list(dict.fromkeys(table["benchmark"]))
-    names = list(dict.fromkeys(table["method"]))
+    names = list(dict.fromkeys(zip(table["method"], table["rule"], strict=True)))  # (method, rule) series
+    ruled = {meth for meth, g in table.groupby("method") if g["rule"].nunique() > 1}
     colors = dict(zip(names, _colors(len(names)), strict=True))
     marker = {n: _MARKERS[i % len(_MARKERS)] for i, n in enumerate(names)}
     fig, axes = plt.subplots(1, len(benches), figsize=(5.2 * len(benches), 4.0), squeeze=False)
     for ax, b in zip(axes[0], benches, strict=True):
         g = table[(table["benchmark"] == b) & table[x].notna()]
         for n in names:
-            h = g[g["method"] == n].sort_values(x)
+            meth, rule = n
+            h = g[(g["method"] == meth) & (g["rule"] == rule)].sort_values(x)
             if h.empty:
                 continue
-            m = methods.get(n)
+            m = methods.get(meth)
             peer = m.family == "peer"
+            label = f"{m.series}{f', rule {rule}' if meth in ruled else ''} [{m.family}]"
             ax.errorbar(h[x], h["accuracy"], yerr=_yerr(h, "accuracy"), color=colors[n], marker=marker[n], ms=7,
                         mfc="white" if peer else colors[n], mew=1.6, capsize=2, lw=1.4, ls="--" if peer else "-",
-                        label=f"{m.series} [{m.family}]")  # fmt: skip
+                        label=label)  # fmt: skip
         ax.set_title(b)
         ax.set_xlabel({"charged_tpf": "tokens per charged forward (head calls and extra block-rows charged)",
                        "tpf": "tokens per denoising forward"}.get(x, x), fontsize=9)  # fmt: skip
