@@ -88,6 +88,11 @@ def test_a_result_computed_this_run_and_one_with_no_record(smoke_profile, tmp_ru
     runtime.reset_reads()
     tables.save_table(_df(), figs, "u")
     assert (figs / "u.md").read_text().strip().endswith("(no cached result read).")
+    # a later run renders its tables beside t, which it has not rendered yet: t's "this run" was the earlier run's,
+    # so its backbone is reused, never "computed this run" (claims.md, written before a later notebook re-renders)
+    monkeypatch.setenv(runtime.RUN_STARTED_ENV, "2999-01-01T00:00:00+00:00")
+    summary = tables.provenance_summary(figs)
+    assert "Computed this run" not in summary and "Reused from an earlier run, not recomputed: backbone" in summary
 
 
 def test_a_reproduce_run_marks_its_start_for_its_notebooks(monkeypatch):

@@ -208,19 +208,25 @@ def record_provenance(directory, name: str, stamp: dict) -> Path:
 def provenance_summary(directory, tables: list[str] | None = None) -> str:
     """The reuse of the run that wrote `directory`'s tables, in one paragraph: the commits that rendered them, and
     every result read that an earlier run had computed (cached), with its commit and date, or that carries no record
-    of its commit; "" without provenance.json. `tables`: only these tables' stamps."""
+    of its commit; "" without provenance.json. `tables`: only these tables' stamps. A result is this run's when it
+    was computed since runtime.run_started() (a stamp's "this run" is the run that rendered that table)."""
     rec = read_provenance(directory)
     if tables is not None:
         rec = {k: v for k, v in rec.items() if k in tables}
     if not rec:
         return ""
+    from mrp_repro.runtime import run_started
+
     rendered = sorted({_short(s.get("rendered_at")) + ("+dirty" if s.get("rendered_dirty") else "")
                        for s in rec.values()})  # fmt: skip
+    started = run_started()
     cached: dict[tuple, set] = {}
     fresh: set[str] = set()
     for t, s in rec.items():
         for r in s.get("computed_from") or []:
-            if r["reuse"] == "this run":
+            # "this run" is the run that rendered that table: a table an earlier run left here (a later notebook of
+            # this run has not rendered it yet) read its results then, so they are this run's only if computed since
+            if r["reuse"] == "this run" and (r.get("computed") or "") >= started:
                 fresh.add(r["result"])
             else:
                 cached.setdefault((r["result"], r["git_commit"], (r.get("computed") or "")[:10]), set()).add(t)
