@@ -614,3 +614,13 @@ def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_p
     plots.nest_coincident_markers(ax)
     assert plots.hidden_markers(f) == []
     matplotlib.pyplot.close(f)
+
+
+def test_series_colours_stay_distinct_beyond_the_palettes_size():
+    """plots_base._colors(n): n distinct colours for any n up to 30 (the palette cycled after 10: peers.png drew two of
+    its 13 series in one colour)."""
+    from mrp_repro.report.plots_base import _colors
+
+    for n in (1, 5, 10, 13, 20, 30):
+        cs = [tuple(round(x, 4) for x in c) for c in _colors(n)]
+        assert len(cs) == n and len(set(cs)) == n, n

@@ -48,7 +48,11 @@ def set_theme() -> None:
 
 
 def _colors(n: int) -> list:
-    return sns.color_palette(PALETTE, max(n, 1))
+    """n colours, all distinct: the palette's own up to its size (it cycles beyond: two series of one figure shared a
+    colour, e.g. dynamic(τ) and WINO in peers.png), tab20's up to 20, then evenly spaced hues."""
+    if n <= len(sns.color_palette(PALETTE)):
+        return sns.color_palette(PALETTE, max(n, 1))
+    return sns.color_palette("tab20", n) if n <= 20 else sns.color_palette("husl", n)
 
 
 def _need(df: pd.DataFrame, cols, what: str) -> None:
