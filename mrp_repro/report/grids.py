@@ -52,7 +52,7 @@ from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
 
 __all__ = ["GRIDS", "LATENCY_PROMPTS", "CONTROL_TAUS", "CONTROL_STEPS", "control_settings", "refine_frontier",
-           "grid_spec", "runs", "main"]
+           "grid_spec", "runs", "partial_dir", "remove_dir", "main"]
 
 #: prompts per benchmark decoded one at a time for the lossless speedup (05's n_latency default)
 LATENCY_PROMPTS = 64
@@ -199,7 +199,7 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
             collect_runs_sharded(profile, backbone, head, shard_dir, out, progress=progress, rerun=rerun,
                                  inputs=resolved, **spec)  # fmt: skip
         else:  # one process: each finished batch kept in <name>.partial/, so a killed grid resumes (collect_runs)
-            partial = _partial_dir(profile, name)
+            partial = partial_dir(profile, name)
             paper.save_result(profile, name, collect_runs(profile, backbone, head, progress=progress, partial=partial,
                                                           inputs=resolved, **spec))  # fmt: skip
         if d.is_main:
@@ -212,16 +212,21 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
     return _with_schema_columns(paper.load_result(profile, name))
 
 
-def _partial_dir(profile, name: str) -> Path:
+def partial_dir(profile, name: str) -> Path:
     """<results>/<name>.partial/: the finished batches of grid `name` while it is collected in one process."""
     return paper.results_dir(profile) / f"{name}.partial"
 
 
 def _remove_partial(profile, name: str) -> None:
-    """Remove grid `name`'s partial directory (its frame is stored); a link there is removed, never followed."""
+    """Remove grid `name`'s partial directory (its frame is stored)."""
+    remove_dir(partial_dir(profile, name))
+
+
+def remove_dir(d: Path) -> None:
+    """Remove a grid's working directory (partial batches, shards) once its frame is stored; a link there is removed,
+    never followed."""
     import shutil
 
-    d = _partial_dir(profile, name)
     if d.is_symlink():
         d.unlink()
     elif d.exists():

@@ -66,8 +66,8 @@ AUP_TABLE = "peers_aup"
 #: AUP's penalty on an accuracy below the task's best (d3LLM's default)
 AUP_ALPHA = 3.0
 #: the peers table's columns (run() adds clock_gate and clock_record)
-PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "rule", "n", "accuracy", "accuracy_lo",
-                 "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards", "reference",
+PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "rule", "n", "accuracy",
+                 "accuracy_lo", "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards", "reference",
                  "reference_identical", "throughput_speedup", "throughput_speedup_lo",
                  "throughput_speedup_hi"]  # fmt: skip
 #: the columns blanked on a lossless method that fails its reference
@@ -153,16 +153,15 @@ def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: b
     rank calls it; `python -m mrp_repro.report.peers --nproc N`, make reproduce NPROC=N) each rank's batches in
     peers_runs.shards/ (measure.sharded); either is removed once the frame is stored. Every rank returns the frame."""
     import os
-    import shutil
 
     from mrp_repro import distributed
-    from mrp_repro.report import paper
+    from mrp_repro.report import grids, paper
 
     stored = paper.load_result(profile, GRID)
     if stored is not None and _fits(stored, profile, head, n_prompts):
         return stored
     d = distributed.current()
-    partial = paper.results_dir(profile) / f"{GRID}.partial"
+    partial = grids.partial_dir(profile, GRID)
     shard_dir = paper.results_dir(profile) / f"{GRID}.shards"
     if d.active or "WORLD_SIZE" in os.environ:
         from mrp_repro.measure.sharded import collect_runs_sharded
@@ -179,10 +178,7 @@ def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: b
                                                 partial=partial))  # fmt: skip
     if d.is_main:
         for p in (partial, shard_dir):  # stored in full: the kept batches are in it
-            if p.is_symlink():
-                p.unlink()
-            elif p.exists():
-                shutil.rmtree(p)
+            grids.remove_dir(p)
     d.barrier()
     return paper.load_result(profile, GRID)
 
