@@ -67,8 +67,8 @@ AUP_TABLE = "peers_aup"
 AUP_ALPHA = 3.0
 #: the peers table's columns (run() adds clock_gate and clock_record)
 PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting", "rule", "n", "accuracy",
-                 "accuracy_lo", "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards", "reference",
-                 "reference_identical", "throughput_speedup", "throughput_speedup_lo",
+                 "accuracy_lo", "accuracy_hi", "tpf", "weighted_tpf", "charged_tpf", "extra_rows", "mrp_forwards",
+                 "reference", "reference_identical", "throughput_speedup", "throughput_speedup_lo",
                  "throughput_speedup_hi"]  # fmt: skip
 #: the columns blanked on a lossless method that fails its reference
 _SPEED = ["tpf", "weighted_tpf", "charged_tpf", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi"]
