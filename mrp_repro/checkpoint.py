@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import pickle
+import re
 from pathlib import Path
 
 import torch
@@ -35,16 +36,41 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used as it is (missing, truncated, foreign); the message names the fix."""
 
 
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+
+
+def recorded_hub_repo(ckpt_dir: Path) -> str | None:
+    """The hub repository a local checkpoint directory names as its origin (config.json's `_name_or_path`, as
+    transformers writes it), or None: unreadable, absent, a local path, or anything but a plain owner/name."""
+    cfg = Path(ckpt_dir) / "config.json"
+    try:
+        if cfg.is_symlink() or cfg.stat().st_size > 1 << 20:  # never follow a link or read a big file for advice
+            return None
+        name = json.loads(cfg.read_text(encoding="utf-8")).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(name, str) and _HUB_REPO.match(name) and not Path(name).exists():
+        return name
+    return None
+
+
 def default_fix(path: Path) -> str:
     """How to replace an unreadable weights file: a hub-cache file is fetched again once deleted (the
-    cache entry is a symlink to a blob: delete both); a local directory is restored from its source."""
+    cache entry is a symlink to a blob: delete both); a local directory is restored from its source: the
+    download command when its config.json names its hub repository, else in words (no placeholder to fill)."""
     p = Path(path)
     if p.is_symlink() or "models--" in str(p):
         blob = f" and the blob it points to ({p.resolve()})" if p.is_symlink() else ""
         return f"delete {p}{blob} and rerun: the hub download fetches what is missing"
+    repo = recorded_hub_repo(p.parent)
+    if repo is not None:
+        return (
+            f"restore {p.name} from the hub repository its config.json names (huggingface-cli download {repo} "
+            f"--local-dir {p.parent}) or re-save it with checkpoint.save_backbone"
+        )
     return (
-        f"restore {p.name} from where this checkpoint came from (huggingface-cli download <repo> "
-        f"--local-dir {p.parent}) or re-save it with checkpoint.save_backbone"
+        f"restore {p.name} into {p.parent} from where this checkpoint came from (its config.json names no hub "
+        "repository) or re-save it with checkpoint.save_backbone"
     )
 
 
@@ -131,11 +157,12 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, revision: str | None
             )
         )
     except Exception as e:  # offline, unknown repo, bad revision: say what to do
+        local = f"models/{str(name_or_path).rsplit('/', 1)[-1]}"  # a concrete place, relative to the repository
         raise CheckpointError(
             f"could not fetch {name_or_path}@{revision or 'main'} from the hub ({type(e).__name__}: {e}). "
             f"Download it where the hub is reachable (huggingface-cli download {name_or_path}"
-            f"{' --revision ' + revision if revision else ''} --local-dir <dir>) and set model.source: local and "
-            "model.local_dir: <dir> in the profile, or set HF_HOME to a cache that holds it."
+            f"{' --revision ' + revision if revision else ''} --local-dir {local}, in this repository's root or copied "
+            f"there) and set model.source: local and model.local_dir: {local} in the profile, or set HF_HOME to a cache that holds it."
         ) from e
 
 

@@ -144,7 +144,8 @@ def ensure(path: str) -> Path:
     if p.name not in PARTS:
         raise UserError(
             f"{path}: a generated checkpoint path (runs/...) must end in one of {PARTS} (what "
-            f"{COMMAND.format(out='<dir>')} writes under <dir>); or point the profile at an existing directory"
+            f"{COMMAND.format(out=p.parent)} writes under {p.parent}: {Path(path).parent / PARTS[0]} for the "
+            "backbone); or point the profile at an existing directory"
         )
     why = _problem(p)
     if why is not None:

@@ -277,8 +277,9 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
 
 
 def _trajectories(profile: Profile, bb: Backbone, source: str, out: Path, progress: bool) -> Path:
+    rerun = f"{HEAD_COMMAND.format(name=profile.cli_arg)} (or notebook 02)"
     if (out / "manifest.json").exists():
-        manifest = read_manifest(out)
+        manifest = read_manifest(out, rerun)
         if manifest.get("complete") and all(shard_problem(out, e, full=False) is None for e in manifest["shards"]):
             return out
     collect(
@@ -298,7 +299,7 @@ def _trajectories(profile: Profile, bb: Backbone, source: str, out: Path, progre
         batch_size=profile.decoding.batch_size,
         chain_steps=profile.trajectories.chain_steps,
         profile_hash=profile.section_hash("trajectories", "data"),
-        rerun=f"{HEAD_COMMAND.format(name=profile.cli_arg)} (or notebook 02)",
+        rerun=rerun,
     )
     return out
 

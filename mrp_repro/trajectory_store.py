@@ -69,7 +69,9 @@ class TrajectoriesNotFound(TrajectoryError, FileNotFoundError):
     """No manifest.json in a directory (a FileNotFoundError, as before)."""
 
 
-DEFAULT_RERUN = "the collection (trajectories.collect, or python -m mrp_repro.stages trajectories --profile <profile>)"
+# Only for a caller that names no command and a manifest that records none (written before it did): the stages
+# always pass their profile's own command, so no advice holds a placeholder to fill in.
+DEFAULT_RERUN = "the collection that wrote it (trajectories.collect with the same arguments)"
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -107,7 +109,8 @@ def _write_shard(rows: list[dict], path: Path) -> None:
             os.fsync(fh.fileno())
 
 
-def read_manifest(out_dir: str | os.PathLike) -> dict:
+def read_manifest(out_dir: str | os.PathLike, rerun: str | None = None) -> dict:
+    """manifest.json of a collection. rerun: the command a caller that knows its profile names in errors."""
     path = Path(out_dir) / "manifest.json"
     if not path.exists():
         raise TrajectoriesNotFound(f"{out_dir}: no trajectories here (no manifest.json); collect them first")
@@ -116,12 +119,13 @@ def read_manifest(out_dir: str | os.PathLike) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         # Written atomically, so this is outside damage; without it no shard can be trusted.
         raise TrajectoryError(
-            f"{path} is unreadable ({e}); delete the directory {Path(out_dir)} and rerun {DEFAULT_RERUN}"
+            f"{path} is unreadable ({e}); delete the directory {Path(out_dir)} and rerun {rerun or DEFAULT_RERUN}"
         ) from e
 
 
-def _rerun(manifest: dict) -> str:
-    return manifest.get("rerun") or DEFAULT_RERUN
+def _rerun(manifest: dict, rerun: str | None = None) -> str:
+    """The caller's command, else the one the collection recorded (older manifests record none)."""
+    return rerun or manifest.get("rerun") or DEFAULT_RERUN
 
 
 def _check_settings(manifest: dict, settings: dict, out_dir: Path) -> None:
@@ -341,18 +345,21 @@ def _merge(out: Path, n_shards: int, key: str, reports: dict, rerun: str | None)
 # ----------------------------------------------------------------------------- load
 
 
-def load_trajectories(out_dir: str | os.PathLike, verify: bool = True, expect: dict | None = None):
+def load_trajectories(
+    out_dir: str | os.PathLike, verify: bool = True, expect: dict | None = None, rerun: str | None = None
+):
     """All rows of a finished collection, in shard order, as a `datasets.Dataset` (Arrow, in memory).
 
     verify: check every shard's sha256 against the manifest. expect: settings that must match
-    (e.g. {"backbone_hash": ..., "profile_hash": ...}); a mismatch raises TrajectoryError."""
+    (e.g. {"backbone_hash": ..., "profile_hash": ...}); a mismatch raises TrajectoryError. rerun: the command
+    errors name (the stages pass their profile's), before the one the manifest records."""
     import datasets
 
     out = Path(out_dir)
-    manifest = read_manifest(out)
+    manifest = read_manifest(out, rerun)
     if expect:
         _check_settings(manifest, expect, out)
-    rerun = _rerun(manifest)
+    rerun = _rerun(manifest, rerun)
     if not manifest.get("complete"):
         raise TrajectoryError(f"{out}: the collection is unfinished; rerun {rerun} to resume it")
     tables = []

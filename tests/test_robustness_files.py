@@ -455,3 +455,45 @@ def test_reproduce_runs_the_heavy_stages_on_auto_ranks_unless_notebooks_are_name
     assert reproduce.main(["--profile", "smoke"]) == 0 and calls == [2]
     assert reproduce.main(["--profile", "smoke", "--only", "00"]) == 0 and calls == [2]
     assert reproduce.main(["--profile", "smoke", "--nproc", "1"]) == 0 and calls == [2]
+
+
+def test_a_damaged_local_weights_files_advice_names_its_hub_repo_or_holds_no_placeholder(local_model, capsys):
+    """A local checkpoint's truncated weights: the advice is the download command when its config.json names its
+    hub repository (`_name_or_path`), run as printed (`--local-dir` is that directory), else words with no
+    `<repo>` to fill in (it printed `huggingface-cli download <repo>`)."""
+    d, prof = local_model
+    _cut(d / "model.safetensors")
+    line = _one_line(lambda: stages.backbone(prof), capsys)
+    assert str(d / "model.safetensors") in line and "<" not in line and "huggingface-cli" not in line, line
+    assert "its config.json names no hub repository" in line, line
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "_name_or_path": "JetLM/SDAR-1.7B-Chat"}))
+    line = _one_line(lambda: stages.backbone(prof), capsys)
+    cmd = shlex.split(line.split("(huggingface-cli download ", 1)[1].split(")", 1)[0])
+    assert cmd == ["JetLM/SDAR-1.7B-Chat", "--local-dir", str(d)], line
+    # a value that is not a plain owner/name (a path, shell text) is never put into a command
+    (d / "config.json").write_text(json.dumps({**cfg, "_name_or_path": "a/b; rm -rf ~"}))
+    line = _one_line(lambda: stages.backbone(prof), capsys)
+    assert "huggingface-cli" not in line and "rm -rf" not in line, line
+
+
+def test_an_unfetchable_hub_backbones_advice_names_a_concrete_local_dir(tmp_path, monkeypatch):
+    """Offline, a hub backbone that is not cached: the download command and the profile setting name one concrete
+    directory (they said `--local-dir <dir>` and `model.local_dir: <dir>`)."""
+    from mrp_repro.checkpoint import resolve_checkpoint_dir
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+    try:
+        with pytest.raises(CheckpointError) as e:
+            resolve_checkpoint_dir("nobody/SDAR-none")
+    finally:
+        monkeypatch.undo()
+        importlib.reload(huggingface_hub.constants)
+    msg = str(e.value)
+    cmd = shlex.split(msg.split("(huggingface-cli download ", 1)[1].split(",", 1)[0])
+    assert cmd == ["nobody/SDAR-none", "--local-dir", "models/SDAR-none"], msg
+    assert "model.local_dir: models/SDAR-none in the profile" in msg and "<" not in msg, msg

@@ -60,8 +60,9 @@ def test_released_head_loads_in_the_backbone_dtype(mini):
 
 
 def test_a_generated_path_must_name_a_part():
-    with pytest.raises(UserError, match="must end in one of"):
+    with pytest.raises(UserError, match="must end in one of") as e:
         sdar_mini.ensure("runs/sdar-mini/elsewhere")
+    assert "<" not in str(e.value) and "runs/sdar-mini/backbone for the backbone" in str(e.value), str(e.value)
 
 
 @pytest.mark.parametrize("source", ["gt", "self"])

@@ -1,5 +1,6 @@
 """Trajectory collection: layout, consistency with inference, resume, corruption and mismatch errors."""
 
+import json
 import random
 
 import pytest
@@ -176,3 +177,26 @@ def test_mismatched_manifest(tmp_path):
         run(tiny_model(0), examples(4), "gt-multi", tmp_path)
     with pytest.raises(TrajectoryError, match="another backbone"):
         load_trajectories(tmp_path, expect={"backbone_hash": "0" * 16})
+
+
+def test_an_older_manifest_without_a_rerun_command_gets_the_callers_and_never_a_placeholder(tmp_path):
+    """A manifest written before collections recorded their command (issue 39: the advice then read
+    `--profile <profile>`): the caller's command is named (the stages and head training pass their profile's),
+    and with none known the advice is words with no placeholder to fill in."""
+    run(tiny_model(), examples(8), "gt", tmp_path)
+    mpath = tmp_path / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    manifest.pop("rerun", None)
+    manifest["complete"] = False  # an unfinished older collection: loading it advises a rerun
+    mpath.write_text(json.dumps(manifest))
+    cmd = "python -m mrp_repro.stages head --profile smoke"
+    with pytest.raises(TrajectoryError) as e:
+        load_trajectories(tmp_path, rerun=cmd)
+    assert f"rerun {cmd} to resume it" in str(e.value), str(e.value)
+    with pytest.raises(TrajectoryError) as e:
+        load_trajectories(tmp_path)
+    assert "<" not in str(e.value) and "trajectories.collect with the same arguments" in str(e.value), str(e.value)
+    mpath.write_text("{cut")
+    with pytest.raises(TrajectoryError) as e:
+        load_trajectories(tmp_path, rerun=cmd)
+    assert str(e.value).endswith(f"and rerun {cmd}"), str(e.value)

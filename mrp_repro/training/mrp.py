@@ -89,20 +89,22 @@ class TrajectoryData:
         self._finish()
 
     @classmethod
-    def from_dirs(cls, dirs, mask_id: int, block_size: int, expect: dict | None = None) -> TrajectoryData:
+    def from_dirs(
+        cls, dirs, mask_id: int, block_size: int, expect: dict | None = None, rerun: str | None = None
+    ) -> TrajectoryData:
         """The rows of finished collections, loaded one at a time into tensors allocated once from their manifests'
         row counts: at most one collection's Arrow table lives beside the tensors (chain16's two collections
-        together came to a 21 GB peak when all were loaded first)."""
+        together came to a 21 GB peak when all were loaded first). rerun: the command their errors name."""
         from mrp_repro.trajectory_store import read_manifest
 
-        manifests = [read_manifest(d) for d in dirs]
+        manifests = [read_manifest(d, rerun) for d in dirs]
         metas = [cls._meta(m, block_size) for m in manifests]
         self = cls.__new__(cls)
         sizes = [int(m["n_rows"]) for m in manifests]
         S = max([1] + [m["chain_steps"] for m in metas])
         self._allocate(sizes, S, int(manifests[0]["hidden_size"]) if manifests else 0, mask_id, block_size)
         for si, d in enumerate(dirs):
-            ds = load_trajectories(d, expect=expect)
+            ds = load_trajectories(d, expect=expect, rerun=rerun)
             if len(ds) != sizes[si]:
                 raise TrajectoryError(f"{d}: {len(ds)} rows, its manifest says {sizes[si]}; delete it and collect "
                                       "it again")  # fmt: skip
@@ -481,7 +483,8 @@ def train_mrp(
     model.eval()
     dirs = [trajectories_dir] if isinstance(trajectories_dir, (str, os.PathLike)) else list(trajectories_dir)
     bb_hash = model_fingerprint(model)
-    data = TrajectoryData.from_dirs(dirs, mask_id, L, expect={"backbone_hash": bb_hash})
+    rerun = HEAD_COMMAND.format(name=profile.cli_arg)
+    data = TrajectoryData.from_dirs(dirs, mask_id, L, expect={"backbone_hash": bb_hash}, rerun=rerun)
     if mc.k_steps > data.S:
         raise ConfigError(  # a ValueError too, as before
             f"mrp.k_steps={mc.k_steps} but the trajectories hold chains of {data.S} steps; recollect "
@@ -509,7 +512,6 @@ def train_mrp(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda_for(tc.steps, warm, tc.min_lr_ratio))
     curve, heldout, start = [], [], 0
     ck = out / "ckpt.pt"
-    rerun = HEAD_COMMAND.format(name=profile.cli_arg)
     if resume and ck.exists():
         st = load_ckpt(ck, rerun, dev)
         head.load_state_dict(st["head"])
