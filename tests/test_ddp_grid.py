@@ -26,15 +26,19 @@ def _launch(tmp_path, nproc=2, *extra, env=None):
 
 
 @pytest.mark.slow  # make test-slow (CI runs it once): make test stays within its 12 minutes
-def test_the_peers_grid_on_two_ranks_is_the_single_process_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("modes_stored", [False, True])
+def test_the_peers_grid_on_two_ranks_is_the_single_process_one(tmp_path, monkeypatch, modes_stored):
     """report.peers.peer_runs under torchrun (make reproduce NPROC=2): each rank decodes its shards, rank 0 stores
     the merged frame with its method column, equal to the one-process decode in every cell but the clock, and the
-    shard directory is gone."""
-    from mrp_repro.report import paper, peers
+    shard directory is gone. With modes_runs stored first (as make reproduce's grids stage does), the settings it
+    holds are read from it (resumed_from names it) and the frame is still the one-process decode."""
+    from mrp_repro.report import grids, paper, peers
 
     monkeypatch.setenv("MRP_REPRO_RUNS", str(tmp_path / "runs"))
-    _launch(tmp_path, 2, "--peers", env={"MRP_REPRO_RUNS": str(tmp_path / "runs")})
     p, bb, head = peers_inputs()
+    if modes_stored:
+        grids.runs(p, bb, head, "modes_runs")
+    _launch(tmp_path, 2, "--peers", env={"MRP_REPRO_RUNS": str(tmp_path / "runs")})
     stored = paper.result_path(p, peers.GRID)
     buf = io.StringIO()
     peers.decode(p, bb, head).to_csv(buf, index=False)
@@ -43,6 +47,8 @@ def test_the_peers_grid_on_two_ranks_is_the_single_process_one(tmp_path, monkeyp
                 for t in (stored.read_text(), buf.getvalue()))  # fmt: skip
     pd.testing.assert_frame_equal(two, one)
     assert set(pd.read_csv(stored)["wall_rank"]) == {0, 1} and set(two["method"]) >= {"static", "spiffy", "wino"}
+    read = pd.read_csv(stored, dtype=str, keep_default_na=False)["resumed_from"].str.startswith("modes_runs: ")
+    assert read.any() == modes_stored
     assert not (paper.results_dir(p) / f"{peers.GRID}.shards").exists()
 
 

@@ -214,10 +214,10 @@ def test_a_results_csv_cut_short_is_not_reused(tmp_runs, capsys):
     spec = {"n_prompts": 1, "settings": [], "batch_size": 1}
     paper.save_result(p, "backbone_runs", df)
     (grids._spec_path(p, "backbone_runs")).write_text(json.dumps(grids._spec_record(spec)))
-    assert grids._stored(p, "backbone_runs", spec)
+    assert grids.stored(p, "backbone_runs", spec)
     gpath = paper.result_path(p, "backbone_runs")
     gpath.write_text("".join(gpath.read_text().splitlines(keepends=True)[:81]))
-    assert not grids._stored(p, "backbone_runs", spec)
+    assert not grids.stored(p, "backbone_runs", spec)
 
 
 def test_a_flipped_byte_in_packed_sft_data_is_repacked(tmp_path, capsys):

@@ -212,3 +212,40 @@ def test_the_figure_and_aup_never_join_a_methods_rules_into_one_curve(smoke_prof
     plt.close(fig)
     a = peers.aup_table(t)
     assert sorted(a.loc[a["method"] == "remask", "rule"]) == rules
+
+
+def test_peer_runs_reads_the_settings_modes_runs_holds_and_equals_decoding_them(smoke_profile, models, tmp_runs,
+                                                                                monkeypatch):  # fmt: skip
+    """With modes_runs stored (report.grids runs it first), peer_runs decodes only our static(1) and the settings it
+    lacks; the frame equals the fully decoded grid cell for cell but for the clock, each read row names modes_runs in
+    resumed_from, and its wall-clock ratio to static(1) is modes_runs' own."""
+    from mrp_repro.measure import runs as runs_mod
+    from mrp_repro.report import grids, paper
+
+    P = smoke_profile.replace({"evaluation.n_prompts": 3, "decoding.max_new_tokens": 8, "decoding.batch_size": 2})
+    bb, head = models
+    whole = peers.decode(P, bb, head)
+    modes = grids.runs(P, bb, head, "modes_runs")
+    decoded = []
+    real = runs_mod.decode_batch
+    monkeypatch.setattr(runs_mod, "decode_batch",
+                        lambda b, pr, idx, settings, *a, **k: decoded.append([p.name for _, p in settings])
+                        or real(b, pr, idx, settings, *a, **k))  # fmt: skip
+    got = peers.peer_runs(P, bb, head)
+    held = set(modes["setting"]) & set(whole["setting"]) - {"static(1)"}
+    assert held and decoded and all(set(n).isdisjoint(held) and "static(1)" in n for n in decoded), decoded
+    clock = ["wall_s", "resumed_from"]
+    as_text = lambda df: pd.read_csv(io.StringIO(df.drop(columns=clock).to_csv(index=False)), dtype=str,  # noqa: E731
+                                     keep_default_na=False)  # fmt: skip
+    pd.testing.assert_frame_equal(as_text(got), as_text(whole))
+    read = got["setting"].isin(held)
+    assert (got.loc[read, "resumed_from"].str.startswith("modes_runs: ")).all()
+    assert (got.loc[~read, "resumed_from"].fillna("") == "").all()
+    for b in set(got["benchmark"]):  # the ratio to static(1) is the one modes_runs measured
+        s_got, s_modes = (df[(df["benchmark"] == b) & (df["setting"] == "static(1)")]["wall_s"].sum()
+                          for df in (got, modes))  # fmt: skip
+        for name in held:
+            w_got, w_modes = (df[(df["benchmark"] == b) & (df["setting"] == name)]["wall_s"].sum()
+                              for df in (got, modes))  # fmt: skip
+            assert w_got / s_got == pytest.approx(w_modes / s_modes)
+    assert peers.peer_runs(P, bb, head) is not None and paper.load_result(P, peers.GRID) is not None

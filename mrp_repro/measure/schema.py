@@ -93,7 +93,10 @@ RUN_COLUMNS: dict[str, str] = {
     "every batch it finished (measure.runs.collect_runs' partial directory; report.grids: <result>.partial/) and its "
     "rerun decodes only the rest; a kept row names who decoded it, `<12 hex of the commit>[-dirty] pid <pid> on "
     "<host> at <UTC time its batch was written>`. '' (blank in a CSV) on rows decoded by the process that returned the "
-    "frame (a stored grid's <name>.csv.provenance.json), and on a torchrun grid's rows (measure.sharded). Its wall_s "
+    "frame (a stored grid's <name>.csv.provenance.json), and on a torchrun grid's rows (measure.sharded). In peers_runs "
+    "a row read from modes_runs, which decodes the same setting on the same prompts and batch size (report.peers."
+    "held_rows), reads `modes_runs: ` and that row's own value, its wall_s put on the peers grid's clock by the two "
+    "grids' static(1). Its wall_s "
     "was measured by that process's clock: every setting of a batch shares one value, so paired ratios within a "
     "batch hold; pooled wall times compare only between rows of one value",
     "identical_to_static": "tokens identical to the static setting's output of the same algorithm on the same prompt "

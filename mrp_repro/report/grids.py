@@ -52,7 +52,7 @@ from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
 
 __all__ = ["GRIDS", "LATENCY_PROMPTS", "CONTROL_TAUS", "CONTROL_STEPS", "control_settings", "refine_frontier",
-           "grid_spec", "runs", "partial_dir", "remove_dir", "main"]
+           "grid_spec", "stored", "runs", "partial_dir", "remove_dir", "main"]
 
 #: prompts per benchmark decoded one at a time for the lossless speedup (05's n_latency default)
 LATENCY_PROMPTS = 64
@@ -167,7 +167,8 @@ def _spec_path(profile, name: str) -> Path:
     return paper.result_path(profile, name).with_suffix(".json")
 
 
-def _stored(profile, name: str, spec: dict) -> bool:
+def stored(profile, name: str, spec: dict) -> bool:
+    """Whether grid `name` is stored whole (its sha256 record) with this spec (grid_spec's, as _spec_record)."""
     side = _spec_path(profile, name)
     return (
         paper.result_problem(profile, name) is None  # present and matching its sha256 record (not cut short)
@@ -183,7 +184,7 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
     from mrp_repro.runtime import write_json_atomic
 
     spec = grid_spec(profile, head, name, n_prompts)
-    if not _stored(profile, name, spec):
+    if not stored(profile, name, spec):
         d = distributed.current()
         resolved = run_inputs.summary_for(profile)  # the profile's inputs, once for this grid's every decode
         wider = _covering_grid(profile, head, name, spec)

@@ -84,7 +84,8 @@ RESULTS = {
                    "equal-TPF control; row_cost, one verify block-row beyond the first (measure.cost.row_cost)"),
     "peers_runs": ("07_remasking", "runs frame of MRP beside its peers at the decoding batch size (report.peers: every "
                    "method of mrp_repro.methods held by peers_runs, with the columns method and extra_rows; decoded "
-                   "in 07 so that 09's peer claims read it, drawn by 11)"),
+                   "in 07 so that 09's peer claims read it, drawn by 11; the settings modes_runs holds are its rows, "
+                   "resumed_from naming it)"),
 }
 
 #: bumped when the runs schema changes, so cached results of an older schema are never read

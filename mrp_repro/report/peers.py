@@ -17,8 +17,11 @@ and any method registered later with runs=("peers_runs",) (a new peer is one dec
 then each lossless method's reference where no method decodes it (dynamic(0.9) on a profile without τ = 0.9), and
 methods.PeerStatic, the peer family's static(1) that collect_runs compares the peer rows with (identical_to_static;
 its rows stay out of the table). One collect_runs call at the decoding batch size: every setting of a batch is
-decoded back to back, so each wall-clock ratio over static(1) is paired. One runs column collect_runs does not
-write is written here: `method` (the declaration each setting comes from; with_methods). Resumable and sharded as
+decoded back to back, so each wall-clock ratio over static(1) is paired. A setting that modes_runs (REUSE_FROM) holds
+at the same prompts and batch size is read from its stored frame instead of decoded again (held_rows, with_held: its
+clock scaled by the two grids' static(1), so its ratio is the one modes_runs paired); our static(1) is decoded here.
+One runs column collect_runs does not write is written here: `method` (the declaration each setting comes from;
+with_methods). Resumable and sharded as
 report.grids' grids (peer_runs); `python -m mrp_repro.report.peers --profile P --nproc 2` decodes it on 2 torchrun
 ranks (make reproduce NPROC=2 does, before the notebooks).
 
@@ -56,11 +59,13 @@ from mrp_repro.report.plots_base import (
     set_theme,
 )
 
-__all__ = ["GRID", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode", "peer_runs",
-           "with_methods", "costs", "peers_table", "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
+__all__ = ["GRID", "REUSE_FROM", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode",
+           "held_rows", "with_held", "peer_runs", "with_methods", "costs", "peers_table", "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
 
 #: the grid frame (report.paper's result name, methods.RUNS) and the names of the table and figure
 GRID = "peers_runs"
+#: the grid (report.grids, decoded before this one) whose stored rows of the same settings are read, not decoded again
+REUSE_FROM = "modes_runs"
 TABLE = FIGURE = "peers"
 AUP_TABLE = "peers_aup"
 #: AUP's penalty on an accuracy below the task's best (d3LLM's default)
@@ -120,12 +125,12 @@ def with_methods(runs: pd.DataFrame, spec: list[tuple[str, str, object]]) -> pd.
 
 def decode(profile, backbone, head, n_prompts: int | None = None, benchmarks: Sequence[str] | None = None,
            batch_size: int | None = None, max_new_tokens: int | None = None, progress: bool = False,
-           partial=None) -> pd.DataFrame:  # fmt: skip
-    """The peers grid decoded now in this process (measure.runs.collect_runs, resumable from `partial` as there), with
-    the column method."""
+           partial=None, spec: list | None = None) -> pd.DataFrame:  # fmt: skip
+    """The peers grid (or `spec`, a part of grid_settings) decoded now in this process (measure.runs.collect_runs,
+    resumable from `partial` as there), with the column method."""
     from mrp_repro.measure.runs import collect_runs
 
-    spec = grid_settings(profile, head, backbone)
+    spec = grid_settings(profile, head, backbone) if spec is None else spec
     runs = collect_runs(profile, backbone, head, n_prompts, benchmarks, [(mode, pol) for _, mode, pol in spec],
                         batch_size, max_new_tokens, progress, partial=partial)  # fmt: skip
     return with_methods(runs, spec)
@@ -146,11 +151,57 @@ def _fits(runs: pd.DataFrame, profile, head, n_prompts) -> bool:
                for b in benches)  # fmt: skip
 
 
+def held_rows(profile, head, spec: list, n_prompts: int | None = None) -> pd.DataFrame | None:
+    """REUSE_FROM's rows (stored, of its current spec at these n_prompts: report.grids.stored) of the settings of
+    `spec` it decodes at the decoding batch size, and its static(1) (the clock they were paired with); None where it
+    is not stored or holds no such setting. Our static(1) itself is decoded again beside the rest of the grid."""
+    from mrp_repro.report import grids, paper
+
+    if head is None:
+        return None
+    g = grids.grid_spec(profile, head, REUSE_FROM, n_prompts)
+    if (g["batch_size"] or profile.decoding.batch_size) != profile.decoding.batch_size or not grids.stored(
+        profile, REUSE_FROM, g
+    ):
+        return None
+    theirs = {(p.algorithm, p.name) for _, p in g["settings"]}
+    names = [p.name for _, _, p in spec if (p.algorithm, p.name) in theirs and p.name != "static(1)"]
+    frame = paper.load_result(profile, REUSE_FROM) if names else None
+    if frame is None:
+        return None
+    return frame[frame["setting"].isin(["static(1)", *names])].reset_index(drop=True)
+
+
+def with_held(decoded: pd.DataFrame, held: pd.DataFrame, spec: list) -> pd.DataFrame:
+    """The peers frame from the rows decoded now (`decoded`: our static(1) and every setting REUSE_FROM lacks) and
+    those read from it (`held`, held_rows), in collect_runs' order (benchmark, setting in spec order, prompt), with the
+    column method. A held row's clock is put on this grid's scale: per benchmark, its wall_s times this grid's
+    static(1) seconds over REUSE_FROM's (as report.grids.refine_frontier's added τ), so its ratio to static(1) is the
+    one REUSE_FROM measured; resumed_from names the grid it was read from."""
+    benches = list(dict.fromkeys(decoded["benchmark"]))
+    is_static = held["setting"] == "static(1)"
+    rows = held[~is_static & held["benchmark"].isin(benches)].copy()
+    whose = rows["resumed_from"].astype(object).fillna("").astype(str)
+    rows["resumed_from"] = f"{REUSE_FROM}: " + whose.where(whose != "", "decoded by its grid's process")
+    for b in benches:
+        ours = decoded.loc[(decoded["benchmark"] == b) & (decoded["setting"] == "static(1)"), "wall_s"].sum()
+        theirs = held.loc[is_static & (held["benchmark"] == b), "wall_s"].sum()
+        rows.loc[rows["benchmark"] == b, "wall_s"] *= ours / theirs if theirs > 0 else float("nan")
+    order = [s for s in spec if s[1] == "static"] + [s for s in spec if s[1] != "static"]  # as measure.runs.static_first
+    rank = {pol.name: i for i, (_, _, pol) in enumerate(order)}
+    out = pd.concat([decoded, rows.reindex(columns=decoded.columns)], ignore_index=True)
+    out = out.assign(_b=out["benchmark"].map({b: i for i, b in enumerate(benches)}), _s=out["setting"].map(rank))
+    out = out.sort_values(["_b", "_s", "prompt_index"], kind="stable").drop(columns=["_b", "_s"])
+    return with_methods(out.reset_index(drop=True), spec)
+
+
 def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: bool = False) -> pd.DataFrame:
     """report.paper's stored result peers_runs when it is this grid (its methods: grid_methods, every benchmark, the
-    prompts n_prompts gives, the decoding batch size), else decoded now and stored. Resumable as report.grids' grids:
-    in one process each finished batch is kept in <results>/peers_runs.partial/ (collect_runs), under torchrun (every
-    rank calls it; `python -m mrp_repro.report.peers --nproc N`, make reproduce NPROC=N) each rank's batches in
+    prompts n_prompts gives, the decoding batch size), else decoded now and stored. The settings REUSE_FROM holds
+    (stored: report.grids runs it first) are read from it, not decoded twice (held_rows, with_held: the same engine,
+    prompts and batch size give the same rows; chain16: 59% of this grid's decode time). Resumable as report.grids'
+    grids: in one process each finished batch is kept in <results>/peers_runs.partial/ (collect_runs), under torchrun
+    (every rank calls it; `python -m mrp_repro.report.peers --nproc N`, make reproduce NPROC=N) each rank's batches in
     peers_runs.shards/ (measure.sharded); either is removed once the frame is stored. Every rank returns the frame."""
     import os
 
@@ -163,20 +214,22 @@ def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: b
     d = distributed.current()
     partial = grids.partial_dir(profile, GRID)
     shard_dir = paper.results_dir(profile) / f"{GRID}.shards"
+    spec = grid_settings(profile, head, backbone)
+    held = held_rows(profile, head, spec, n_prompts)
+    reused = set() if held is None else set(held["setting"]) - {"static(1)"}
+    todo = [s for s in spec if s[2].name not in reused]
     if d.active or "WORLD_SIZE" in os.environ:
         from mrp_repro.measure.sharded import collect_runs_sharded
 
-        spec = grid_settings(profile, head, backbone)
         merged = shard_dir / "merged.csv"
         rerun = f"python -m mrp_repro.report.peers --profile {profile.cli_arg} --nproc {d.world}"
         collect_runs_sharded(profile, backbone, head, shard_dir, merged, n_prompts,
-                             settings=[(mode, pol) for _, mode, pol in spec], progress=progress, rerun=rerun)
-        if d.is_main:
-            paper.save_result(profile, GRID, with_methods(pd.read_csv(merged), spec))
+                             settings=[(mode, pol) for _, mode, pol in todo], progress=progress, rerun=rerun)
+        decoded = with_methods(pd.read_csv(merged), todo) if d.is_main else None
     else:
-        paper.save_result(profile, GRID, decode(profile, backbone, head, n_prompts, progress=progress,
-                                                partial=partial))  # fmt: skip
+        decoded = decode(profile, backbone, head, n_prompts, progress=progress, partial=partial, spec=todo)
     if d.is_main:
+        paper.save_result(profile, GRID, decoded if held is None else with_held(decoded, held, spec))
         for p in (partial, shard_dir):  # stored in full: the kept batches are in it
             grids.remove_dir(p)
     d.barrier()
