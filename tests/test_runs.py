@@ -251,6 +251,35 @@ def test_a_grid_held_by_a_wider_one_is_read_from_it(rb, tmp_runs, monkeypatch):
     assert len(calls) == 2 and len(calls[1]) == len(grids.grid_spec(P4, head, "speculative_runs", 2)["settings"])
 
 
+
+def test_the_backbone_grid_is_read_from_the_modes_grid_when_a_head_is_there(rb, tmp_runs, monkeypatch):
+    """make reproduce's grids stage (a head at hand): backbone_runs is modes_runs' static and dynamic(τ) rows, in the
+    order collect_runs gives them, equal to decoding it apart but for the clock; without a head (notebook 01 before
+    any head) it is decoded apart."""
+    import io
+    from dataclasses import replace
+
+    from mrp_repro.measure import runs as runs_mod
+    from mrp_repro.measure.sharded import TIMING_COLUMNS
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.report import grids
+
+    P = rb.profile.replace({"evaluation.n_prompts": 2, "decoding.max_new_tokens": 16})
+    bb = replace(rb, profile=P)
+    head = MRPHead(bb.model.config, 1, "residual").init_weights("normal", 0.3, torch.Generator().manual_seed(0))
+    calls = []
+    real = runs_mod.collect_runs
+    monkeypatch.setattr(grids, "collect_runs", lambda *a, **k: calls.append(k["settings"]) or real(*a, **k))
+    got = grids.runs(P, bb, head, "backbone_runs")
+    assert len(calls) == 1 and len(calls[0]) == len(grids.grid_spec(P, head, "modes_runs")["settings"])
+    apart = real(P, bb, None, **grids.grid_spec(P, None, "backbone_runs"))
+    as_text = lambda df: pd.read_csv(io.StringIO(df.drop(columns=list(TIMING_COLUMNS)).to_csv(index=False)),  # noqa: E731
+                                     dtype=str, keep_default_na=False)  # fmt: skip
+    pd.testing.assert_frame_equal(as_text(got), as_text(apart))
+    P2 = P.replace({"seed": P.seed + 1})  # another profile hash: nothing stored; no head: decoded apart
+    grids.runs(P2, replace(bb, profile=P2), None, "backbone_runs")
+    assert len(calls) == 2 and len(calls[1]) == len(grids.grid_spec(P2, None, "backbone_runs")["settings"])
+
 def test_profile_static_cache_reaches_the_engine(rb, monkeypatch):
     """decoding.static_cache is what Backbone.generate passes to the engine (its decoding: tests/test_static_cache.py);
     tokens equal the growing cache's on this backbone."""

@@ -47,7 +47,7 @@ import pandas as pd
 
 from mrp_repro import distributed
 from mrp_repro.config import DEFAULT_PROFILE
-from mrp_repro.measure.runs import collect_runs, settings_for
+from mrp_repro.measure.runs import collect_runs, settings_for, static_first
 from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
 
@@ -66,9 +66,10 @@ CONTROL_TAUS = (0.5, 0.9)
 CONTROL_STEPS = (1, 2)
 
 #: a grid another may hold in full: when the wider grid decodes the same prompts at the same batch size and
-#: every one of its settings, its rows are read from the wider one instead of decoded twice (a profile with
-#: decoding.batch_size 1 and one n_prompts for both, as CI's smallest sdar-mini)
-COVERED_BY = {"speculative_runs": "modes_runs"}
+#: every one of its settings, its rows are read from the wider one instead of decoded twice: the backbone grid's
+#: static and dynamic(τ) whenever a head is there (make reproduce's grids stage; notebook 01 without a head decodes
+#: it apart), the latency grid on a profile with decoding.batch_size 1 and one n_prompts (CI's smallest sdar-mini)
+COVERED_BY = {"speculative_runs": "modes_runs", "backbone_runs": "modes_runs"}
 
 
 def grid_spec(profile, head, name: str, n_prompts: int | None = None) -> dict:
@@ -190,9 +191,13 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
         wider = _covering_grid(profile, head, name, spec)
         if wider is not None:
             held = runs(profile, backbone, head, wider, progress=progress)
-            names = [p.name for _, p in spec["settings"]]
+            rank = {p.name: i for i, (_, p) in enumerate(static_first(profile, head, spec["settings"], name))}
+            sub = held[held["setting"].isin(rank)]
+            sub = sub.assign(_b=sub["benchmark"].map({b: i for i, b in enumerate(dict.fromkeys(sub["benchmark"]))}),
+                             _s=sub["setting"].map(rank))  # collect_runs' order: benchmark, setting, prompt
+            sub = sub.sort_values(["_b", "_s", "prompt_index"], kind="stable").drop(columns=["_b", "_s"])
             if d.is_main:
-                paper.save_result(profile, name, held[held["setting"].isin(names)].reset_index(drop=True))
+                paper.save_result(profile, name, sub.reset_index(drop=True))
         elif d.active or "WORLD_SIZE" in os.environ:  # under torchrun, even with one rank: shards, resumable
             shard_dir = paper.results_dir(profile) / f"{name}.shards"
             rerun = f"python -m mrp_repro.report.grids --profile {profile.cli_arg} --grid {name}"
