@@ -624,3 +624,24 @@ def test_series_colours_stay_distinct_beyond_the_palettes_size():
     for n in (1, 5, 10, 13, 20, 30):
         cs = [tuple(round(x, 4) for x in c) for c in _colors(n)]
         assert len(cs) == n and len(set(cs)) == n, n
+
+
+@pytest.mark.parametrize("figure", ["lookahead", "matched_speed"])
+def test_the_committed_tables_draw_no_marker_under_another(figure):
+    """Redrawn from figures/chain16's committed tables, lookahead.png and matched_speed.png hide no marker (issue 35:
+    naive MTP under MRP at K = 1, 2 on chain-math; remask rules loo and sequential on one point, and remask points
+    under the frontier's): coincident markers nest (plots_base.nest_coincident_markers), the frontier's stay filled."""
+    from pathlib import Path
+
+    from mrp_repro.report import pareto, plots_speed
+
+    d = Path(__file__).resolve().parents[1] / "figures" / "chain16"
+    table = pd.read_csv(d / f"{figure}.csv")
+    figs = ([plots_speed.plot_lookahead(table)] if figure == "lookahead"
+            else [pareto.plot_matched_speed(table, a) for a in dict.fromkeys(table["algorithm"])])  # fmt: skip
+    for fig in figs:
+        assert plots.hidden_markers(fig) == []
+        if figure == "matched_speed":  # the frontier is the reference: drawn first, its markers filled
+            front = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label().startswith("dynamic frontier")]
+            assert front and all(str(ln.get_markerfacecolor()) != "none" for ln in front)
+        matplotlib.pyplot.close(fig)

@@ -342,7 +342,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     import matplotlib.pyplot as plt
 
     from mrp_repro.measure.schema import CLOCK_TRUSTED
-    from mrp_repro.report.plots_base import set_theme
+    from mrp_repro.report.plots_base import nest_coincident_markers, set_theme
     from mrp_repro.report.plots_speed import GATED_LABEL
 
     set_theme()
@@ -396,7 +396,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             for k in keys:  # several (δ 1, 2, 4 of upstream, say) nest rather than hide one another
                 g, same = panels[bench, axis][k]
                 style = (dict(ls="--", marker="s", ms=8 + 3 * n_same, mfc="none", mew=1.5, lw=1.6, zorder=5)
-                         if same else dict(ls="-", marker="s", ms=4, lw=1, alpha=0.85))  # fmt: skip
+                         if same else dict(ls="-", marker="s", ms=4, lw=1, alpha=0.85, zorder=4))  # fmt: skip
                 n_same += bool(same)
                 ax.plot(g["speed"], g["accuracy"], color=colors[k], label=series_labels[k], **style)
             d = t[t["mode"] == "direct"].sort_values("K")
@@ -405,6 +405,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             for _, r in d.iterrows():
                 ax.annotate(f"K={int(r['K'])}", (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
+            nest_coincident_markers(ax)  # two rules on one point (loo and sequential on chain-math) nest, not hide
             if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
                 gated = t[t["clock_gate"].notna() & ~t["clock_gate"].isin(CLOCK_TRUSTED)]
                 if len(gated):

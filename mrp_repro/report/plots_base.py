@@ -157,7 +157,7 @@ def nest_coincident_markers(ax) -> None:
         if under:
             ln.set_markerfacecolor("none")
             ln.set_markeredgewidth(max(ln.get_markeredgewidth(), 1.5))
-            ln.set_markersize(max(o.get_markersize() for o in under) + 2.5)
+            ln.set_markersize(max(ln.get_markersize(), max(o.get_markersize() for o in under) + 2.5))  # never shrunk
             ln.set_zorder(max(ln.get_zorder(), *(o.get_zorder() for o in under)) + 0.1)
         drawn.append(ln)
 

@@ -69,6 +69,7 @@ def plot_lookahead(table: pd.DataFrame):
                 r = r.sort_values("lookahead_k")
                 ax.plot(r["lookahead_k"], r["accuracy"], ls="--", marker="x", color=colors[method], alpha=0.7,
                         label=f"{label} ({model}, paper)")  # fmt: skip
+        nest_coincident_markers(ax)  # equal accuracy at a K (chain16's math at K = 1, 2): both markers show
         ax.set_title(b)
         ax.set_xlabel(LABELS["lookahead_k"])
         ax.set_ylabel(LABELS["accuracy"])
