@@ -162,15 +162,21 @@ def test_aup_is_the_weighted_area_under_accuracy_against_parallelism():
     assert a.loc["mrp", "aup_settings"] == 2 and (a["aup_best_accuracy"] == 100.0).all()
 
 
-def test_peer_runs_resumes_a_killed_grid_from_its_kept_batches(smoke_profile, models, tmp_runs, monkeypatch):
+@pytest.fixture(scope="module")
+def small(smoke_profile, models):
+    """(profile, the whole peers grid decoded in one call): 3 prompts a benchmark at batch 2, 8 new tokens."""
+    P = smoke_profile.replace({"evaluation.n_prompts": 3, "decoding.max_new_tokens": 8, "decoding.batch_size": 2})
+    return P, peers.decode(P, *models)
+
+
+def test_peer_runs_resumes_a_killed_grid_from_its_kept_batches(small, models, tmp_runs, monkeypatch):
     """peer_runs keeps each finished batch in <results>/peers_runs.partial/ (collect_runs): a grid killed after its
     first batch decodes only the rest when rerun, the stored frame equals an uninterrupted one but for the clock, and
     the partial directory is gone once the frame is stored."""
     from mrp_repro.measure import runs as runs_mod
     from mrp_repro.report import paper
 
-    P = smoke_profile.replace({"evaluation.n_prompts": 3, "decoding.max_new_tokens": 8, "decoding.batch_size": 2})
-    whole = peers.decode(P, *models)
+    P, whole = small
     real, calls = runs_mod.decode_batch, []
 
     def dies_after_the_first(*a, **k):
@@ -214,17 +220,15 @@ def test_the_figure_and_aup_never_join_a_methods_rules_into_one_curve(smoke_prof
     assert sorted(a.loc[a["method"] == "remask", "rule"]) == rules
 
 
-def test_peer_runs_reads_the_settings_modes_runs_holds_and_equals_decoding_them(smoke_profile, models, tmp_runs,
-                                                                                monkeypatch):  # fmt: skip
+def test_peer_runs_reads_the_settings_modes_runs_holds_and_equals_decoding_them(small, models, tmp_runs, monkeypatch):
     """With modes_runs stored (report.grids runs it first), peer_runs decodes only our static(1) and the settings it
     lacks; the frame equals the fully decoded grid cell for cell but for the clock, each read row names modes_runs in
     resumed_from, and its wall-clock ratio to static(1) is modes_runs' own."""
     from mrp_repro.measure import runs as runs_mod
     from mrp_repro.report import grids, paper
 
-    P = smoke_profile.replace({"evaluation.n_prompts": 3, "decoding.max_new_tokens": 8, "decoding.batch_size": 2})
+    P, whole = small
     bb, head = models
-    whole = peers.decode(P, bb, head)
     modes = grids.runs(P, bb, head, "modes_runs")
     decoded = []
     real = runs_mod.decode_batch
