@@ -157,7 +157,7 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, revision: str | None
             )
         )
     except Exception as e:  # offline, unknown repo, bad revision: say what to do
-        local = f"models/{str(name_or_path).rsplit('/', 1)[-1]}"  # a concrete place, relative to the repository
+        local = f"models/{str(name_or_path).replace('/', '--')}"  # a concrete place, relative to the repository
         raise CheckpointError(
             f"could not fetch {name_or_path}@{revision or 'main'} from the hub ({type(e).__name__}: {e}). "
             f"Download it where the hub is reachable (huggingface-cli download {name_or_path}"

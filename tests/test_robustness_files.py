@@ -495,5 +495,5 @@ def test_an_unfetchable_hub_backbones_advice_names_a_concrete_local_dir(tmp_path
         importlib.reload(huggingface_hub.constants)
     msg = str(e.value)
     cmd = shlex.split(msg.split("(huggingface-cli download ", 1)[1].split(",", 1)[0])
-    assert cmd == ["nobody/SDAR-none", "--local-dir", "models/SDAR-none"], msg
-    assert "model.local_dir: models/SDAR-none in the profile" in msg and "<" not in msg, msg
+    assert cmd == ["nobody/SDAR-none", "--local-dir", "models/nobody--SDAR-none"], msg
+    assert "model.local_dir: models/nobody--SDAR-none in the profile" in msg and "<" not in msg, msg

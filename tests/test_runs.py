@@ -252,10 +252,11 @@ def test_a_grid_held_by_a_wider_one_is_read_from_it(rb, tmp_runs, monkeypatch):
 
 
 
-def test_the_backbone_grid_is_read_from_the_modes_grid_when_a_head_is_there(rb, tmp_runs, monkeypatch):
-    """make reproduce's grids stage (a head at hand): backbone_runs is modes_runs' static and dynamic(τ) rows, in the
-    order collect_runs gives them, equal to decoding it apart but for the clock; without a head (notebook 01 before
-    any head) it is decoded apart."""
+def test_the_backbone_grid_is_decoded_apart_even_with_a_head_and_its_rows_equal_the_modes_grids(rb, tmp_runs,
+                                                                                              monkeypatch):  # fmt: skip
+    """modes_runs holds backbone_runs' settings, but backbone_runs is decoded apart even with a head at hand (make
+    reproduce's grids stage): its clock is the independent second timing that report.wallclock's agreement check
+    compares with modes_runs' (a copy would pass by construction). Its rows equal modes_runs' but for the clock."""
     import io
     from dataclasses import replace
 
@@ -271,14 +272,15 @@ def test_the_backbone_grid_is_read_from_the_modes_grid_when_a_head_is_there(rb, 
     real = runs_mod.collect_runs
     monkeypatch.setattr(grids, "collect_runs", lambda *a, **k: calls.append(k["settings"]) or real(*a, **k))
     got = grids.runs(P, bb, head, "backbone_runs")
-    assert len(calls) == 1 and len(calls[0]) == len(grids.grid_spec(P, head, "modes_runs")["settings"])
-    apart = real(P, bb, None, **grids.grid_spec(P, None, "backbone_runs"))
+    assert [[p.name for _, p in c] for c in calls] == [[p.name for _, p in grids.grid_spec(P, head, "backbone_runs")
+                                                         ["settings"]]]  # fmt: skip
+    modes = grids.runs(P, bb, head, "modes_runs")
+    same = modes[modes["setting"].isin(set(got["setting"]))]
     as_text = lambda df: pd.read_csv(io.StringIO(df.drop(columns=list(TIMING_COLUMNS)).to_csv(index=False)),  # noqa: E731
                                      dtype=str, keep_default_na=False)  # fmt: skip
-    pd.testing.assert_frame_equal(as_text(got), as_text(apart))
-    P2 = P.replace({"seed": P.seed + 1})  # another profile hash: nothing stored; no head: decoded apart
-    grids.runs(P2, replace(bb, profile=P2), None, "backbone_runs")
-    assert len(calls) == 2 and len(calls[1]) == len(grids.grid_spec(P2, None, "backbone_runs")["settings"])
+    key = ["benchmark", "setting", "prompt_index"]
+    pd.testing.assert_frame_equal(as_text(got.sort_values(key)), as_text(same.sort_values(key)))
+
 
 def test_profile_static_cache_reaches_the_engine(rb, monkeypatch):
     """decoding.static_cache is what Backbone.generate passes to the engine (its decoding: tests/test_static_cache.py);
