@@ -204,7 +204,7 @@ def load_head(
     command recorded in mrp_config.json, else the stage's command with the profile left to fill in)."""
     path = Path(path)
     meta_path, weights = path / "mrp_config.json", path / "mrp.safetensors"
-    fallback = rerun or "python -m mrp_repro.stages head --profile <profile>"
+    fallback = rerun or "with python -m mrp_repro.stages head, given the profile that trained it"
     if not meta_path.exists() or not weights.exists():
         raise HeadNotFoundError(
             f"{path}: no MRP head here (expected mrp_config.json and mrp.safetensors); train one first ({fallback})"

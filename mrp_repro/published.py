@@ -71,7 +71,8 @@ def artifacts_root() -> Path:
 
 
 def republish_command(name: str) -> str:
-    return f"python -m mrp_repro.publish --profile {name} --from <runs root of a finished run>"
+    # runs/from-scratch: where `make reproduce FROM_SCRATCH=1` trains (the runs root of a finished retraining)
+    return f"python -m mrp_repro.publish --profile {name} --from runs/from-scratch, after make reproduce FROM_SCRATCH=1"
 
 
 def record(name: str) -> dict | None:

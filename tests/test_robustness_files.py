@@ -497,3 +497,23 @@ def test_an_unfetchable_hub_backbones_advice_names_a_concrete_local_dir(tmp_path
     cmd = shlex.split(msg.split("(huggingface-cli download ", 1)[1].split(",", 1)[0])
     assert cmd == ["nobody/SDAR-none", "--local-dir", "models/nobody--SDAR-none"], msg
     assert "model.local_dir: models/nobody--SDAR-none in the profile" in msg and "<" not in msg, msg
+
+
+def test_the_republish_advice_runs_as_printed(monkeypatch):
+    """published.republish_command (quoted when a published artifact is damaged or out of date) is a command whose
+    arguments publish's own parser accepts, with no placeholder (it printed `--from <runs root of a finished run>`)."""
+    from mrp_repro import publish, published
+
+    class Parsed(Exception):
+        pass
+
+    def record(profile, src, backbone_only):
+        raise Parsed(profile.name, src, backbone_only)
+
+    line = published.republish_command("tiny")
+    argv = shlex.split(line.split(",", 1)[0])
+    assert argv[:3] == ["python", "-m", "mrp_repro.publish"] and "<" not in line, line
+    monkeypatch.setattr(publish, "publish", record)
+    with pytest.raises(Parsed) as e:  # past the parser (a refusal would be SystemExit 2)
+        publish.main(argv[3:])
+    assert e.value.args == ("tiny", "runs/from-scratch", False)
