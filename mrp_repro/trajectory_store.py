@@ -373,6 +373,9 @@ def load_trajectories(
                 f"rerun {rerun}: it rewrites only that shard"
             ) from err
     table = pa.concat_tables(tables) if tables else _SCHEMA.empty_table()
-    ds = datasets.Dataset(datasets.table.InMemoryTable(table))
+    # The fingerprint names the rows by their shards' recorded sha256s. Left to datasets, it pickles the whole
+    # in-memory table to hash it: several copies of it at once (chain16's self collection: killed at 24 GB).
+    fingerprint = hashlib.sha256(json.dumps([e.get("sha256") for e in manifest["shards"]]).encode()).hexdigest()[:16]
+    ds = datasets.Dataset(datasets.table.InMemoryTable(table), fingerprint=fingerprint)
     ds.info.description = json.dumps({k: v for k, v in manifest.items() if k != "shards"})
     return ds

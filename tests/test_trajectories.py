@@ -200,3 +200,25 @@ def test_an_older_manifest_without_a_rerun_command_gets_the_callers_and_never_a_
     with pytest.raises(TrajectoryError) as e:
         load_trajectories(tmp_path, rerun=cmd)
     assert str(e.value).endswith(f"and rerun {cmd}"), str(e.value)
+
+
+def test_loading_names_the_rows_by_their_shards_and_never_pickles_the_table(tmp_path, monkeypatch):
+    """load_trajectories gives the Dataset a fingerprint from the shards' recorded sha256s: left to datasets, the
+    fingerprint pickles the whole in-memory table (several copies at once: chain16's head training was OOM-killed at
+    24 GB while loading its 172k-row collection). Another recorded shard gives another fingerprint."""
+    import datasets.fingerprint
+
+    run(tiny_model(), examples(8), "gt", tmp_path)
+
+    def refuse(*a, **k):
+        raise AssertionError("datasets hashed the table itself")
+
+    monkeypatch.setattr(datasets.fingerprint, "generate_fingerprint", refuse)
+    monkeypatch.setattr(datasets.arrow_dataset, "generate_fingerprint", refuse)
+    first = load_trajectories(tmp_path)._fingerprint
+    assert first == load_trajectories(tmp_path)._fingerprint  # the same rows: the same name
+    mpath = tmp_path / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    manifest["shards"][0]["sha256"] = "0" * 64  # another recorded shard (not verified here)
+    mpath.write_text(json.dumps(manifest))
+    assert load_trajectories(tmp_path, verify=False)._fingerprint != first
