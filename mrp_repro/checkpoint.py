@@ -162,7 +162,8 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, revision: str | None
             f"could not fetch {name_or_path}@{revision or 'main'} from the hub ({type(e).__name__}: {e}). "
             f"Download it where the hub is reachable (huggingface-cli download {name_or_path}"
             f"{' --revision ' + revision if revision else ''} --local-dir {local}, in this repository's root or copied "
-            f"there) and set model.source: local and model.local_dir: {local} in the profile, or set HF_HOME to a cache that holds it."
+            f"there) and set model.source: local and model.local_dir: {local} in the profile, or set HF_HOME to a "
+            "cache that holds it."
         ) from e
 
 

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             res = generate(bb.model, prompts, Static(1), block, bb.mask_id, bb.eos_ids,
                            profile.decoding.max_new_tokens, pad_id=bb.pad_id, trace=False)  # fmt: skip
-            correct = [score_problem(p, decode(bb, ids))["correct"] for p, ids in zip(problems, res.tokens, strict=True)]
+            texts = [decode(bb, ids) for ids in res.tokens]
+            correct = [score_problem(p, text)["correct"] for p, text in zip(problems, texts, strict=True)]
             print(f"{bench} block {block}: accuracy {100 * sum(correct) / len(correct):.1f}% "
                   f"({sum(correct)}/{len(correct)}), {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 

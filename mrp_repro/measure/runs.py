@@ -65,8 +65,8 @@ from mrp_repro.runtime import machine_summary
 from mrp_repro.tasks import synthetic
 
 __all__ = ["model_for_profile", "score_problem", "eval_problems", "settings_for", "static_first", "batch_order",
-           "run_setting", "decode_batch", "collect_runs", "decode_events", "identical_to_static", "PARTIAL_FORMAT",
-           "grid_record", "batch_key", "write_partial", "read_partial", "partial_path"]  # fmt: skip
+           "run_setting", "decode_batch", "in_grid_order", "collect_runs", "decode_events", "identical_to_static",
+           "PARTIAL_FORMAT", "grid_record", "batch_key", "write_partial", "read_partial", "partial_path"]  # fmt: skip
 
 def model_for_profile(profile) -> str:
     """The model name our runs carry: the declared paper model (profile.paper.model) where our numbers compare
@@ -236,6 +236,18 @@ def static_first(profile, head, settings, what: str) -> list[tuple[str, Policy]]
         raise ValueError(f"{what} needs our static(1) and exactly one static setting per algorithm (the reference "
                          "of identical_to_static)")  # fmt: skip
     return static + [s for s in settings if s[0] != "static"]
+
+
+def in_grid_order(frame: pd.DataFrame, settings) -> pd.DataFrame:
+    """`frame`'s rows of `settings` ((mode, policy) pairs, as static_first orders them) in collect_runs' order:
+    benchmark (first appearance), setting, prompt. A grid assembled from stored rows (a covered grid, the peers grid
+    with modes_runs' rows) keeps the order of one decoded whole."""
+    rank = {p.name: i for i, (_, p) in enumerate(settings)}
+    sub = frame[frame["setting"].isin(rank)]
+    bench = {b: i for i, b in enumerate(dict.fromkeys(sub["benchmark"]))}
+    sub = sub.assign(_b=sub["benchmark"].map(bench), _s=sub["setting"].map(rank))
+    sub = sub.sort_values(["_b", "_s", "prompt_index"], kind="stable")
+    return sub.drop(columns=["_b", "_s"]).reset_index(drop=True)
 
 
 def identical_to_static(refs: dict, policy, text):

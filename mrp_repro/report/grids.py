@@ -47,7 +47,7 @@ import pandas as pd
 
 from mrp_repro import distributed
 from mrp_repro.config import DEFAULT_PROFILE
-from mrp_repro.measure.runs import collect_runs, settings_for, static_first
+from mrp_repro.measure.runs import collect_runs, in_grid_order, settings_for, static_first
 from mrp_repro.measure.sharded import collect_runs_sharded
 from mrp_repro.report import paper
 
@@ -192,13 +192,9 @@ def runs(profile, backbone, head, name: str, n_prompts: int | None = None, progr
         wider = _covering_grid(profile, head, name, spec)
         if wider is not None:
             held = runs(profile, backbone, head, wider, progress=progress)
-            rank = {p.name: i for i, (_, p) in enumerate(static_first(profile, head, spec["settings"], name))}
-            sub = held[held["setting"].isin(rank)]
-            sub = sub.assign(_b=sub["benchmark"].map({b: i for i, b in enumerate(dict.fromkeys(sub["benchmark"]))}),
-                             _s=sub["setting"].map(rank))  # collect_runs' order: benchmark, setting, prompt
-            sub = sub.sort_values(["_b", "_s", "prompt_index"], kind="stable").drop(columns=["_b", "_s"])
             if d.is_main:
-                paper.save_result(profile, name, sub.reset_index(drop=True))
+                sub = in_grid_order(held, static_first(profile, head, spec["settings"], name))
+                paper.save_result(profile, name, sub)
         elif d.active or "WORLD_SIZE" in os.environ:  # under torchrun, even with one rank: shards, resumable
             shard_dir = paper.results_dir(profile) / f"{name}.shards"
             rerun = f"python -m mrp_repro.report.grids --profile {profile.cli_arg} --grid {name}"

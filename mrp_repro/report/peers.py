@@ -60,7 +60,8 @@ from mrp_repro.report.plots_base import (
 )
 
 __all__ = ["GRID", "REUSE_FROM", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode",
-           "held_rows", "with_held", "peer_runs", "with_methods", "costs", "peers_table", "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
+           "held_rows", "with_held", "peer_runs", "with_methods", "costs", "peers_table", "AUP_ALPHA", "aup",
+           "aup_table", "plot_peers", "run"]  # fmt: skip
 
 #: the grid frame (report.paper's result name, methods.RUNS) and the names of the table and figure
 GRID = "peers_runs"
@@ -187,20 +188,19 @@ def with_held(decoded: pd.DataFrame, held: pd.DataFrame, spec: list) -> pd.DataF
         ours = decoded.loc[(decoded["benchmark"] == b) & (decoded["setting"] == "static(1)"), "wall_s"].sum()
         theirs = held.loc[is_static & (held["benchmark"] == b), "wall_s"].sum()
         rows.loc[rows["benchmark"] == b, "wall_s"] *= ours / theirs if theirs > 0 else float("nan")
-    order = [s for s in spec if s[1] == "static"] + [s for s in spec if s[1] != "static"]  # as measure.runs.static_first
-    rank = {pol.name: i for i, (_, _, pol) in enumerate(order)}
+    from mrp_repro.measure.runs import in_grid_order, static_first
+
     out = pd.concat([decoded, rows.reindex(columns=decoded.columns)], ignore_index=True)
-    out = out.assign(_b=out["benchmark"].map({b: i for i, b in enumerate(benches)}), _s=out["setting"].map(rank))
-    out = out.sort_values(["_b", "_s", "prompt_index"], kind="stable").drop(columns=["_b", "_s"])
-    return with_methods(out.reset_index(drop=True), spec)
+    return with_methods(in_grid_order(out, static_first(None, None, [(m, p) for _, m, p in spec], GRID)), spec)
 
 
 def peer_runs(profile, backbone, head, n_prompts: int | None = None, progress: bool = False) -> pd.DataFrame:
     """report.paper's stored result peers_runs when it is this grid (its methods: grid_methods, every benchmark, the
     prompts n_prompts gives, the decoding batch size), else decoded now and stored. The settings REUSE_FROM holds
     (stored: report.grids runs it first) are read from it, not decoded twice (held_rows, with_held: the same engine,
-    prompts and batch size give the same rows; chain16 at 9b9133f: 971 of its 1739 decode seconds). Resumable as report.grids'
-    grids: in one process each finished batch is kept in <results>/peers_runs.partial/ (collect_runs), under torchrun
+    prompts and batch size give the same rows; chain16 at 9b9133f: 971 of its 1739 decode seconds). Resumable as
+    report.grids' grids: in one process each finished batch is kept in <results>/peers_runs.partial/ (collect_runs),
+    under torchrun
     (every rank calls it; `python -m mrp_repro.report.peers --nproc N`, make reproduce NPROC=N) each rank's batches in
     peers_runs.shards/ (measure.sharded); either is removed once the frame is stored. Every rank returns the frame."""
     import os
