@@ -149,7 +149,9 @@ def run_cli(main: Callable[[list[str] | None], object], argv: Sequence[str] | No
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if "--debug" in args:
-            return _exit_status(main([a for a in args if a != "--debug"]))
+            rc = _exit_status(main([a for a in args if a != "--debug"]))
+            _leave_process_group()
+            return rc
         with _signals_raise():
             try:
                 rc = main(args)
@@ -164,13 +166,24 @@ def run_cli(main: Callable[[list[str] | None], object], argv: Sequence[str] | No
                     raise
                 print(f"error: {msg} (run with --debug for the traceback)", file=sys.stderr)
                 raise SystemExit(EXIT_USER_ERROR) from e
-        return _exit_status(rc)
+        rc = _exit_status(rc)
+        _leave_process_group()
+        return rc
     except BaseException as e:  # under distributed.launch: this rank's error, for the launcher to name
         if not (isinstance(e, SystemExit) and e.code in (0, None)):
             from mrp_repro.distributed import record_failure
 
             record_failure(e.__cause__ if isinstance(e, SystemExit) and e.__cause__ else e)
         raise
+
+
+def _leave_process_group() -> None:
+    """This rank succeeded: wait for the others, then leave the process group (distributed.finish); nothing to do
+    for a CLI that never loaded torch.distributed."""
+    if "torch.distributed" in sys.modules:
+        from mrp_repro.distributed import finish
+
+        finish()
 
 
 def _exit_status(rc):

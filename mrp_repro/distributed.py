@@ -37,7 +37,7 @@ import torch.distributed as dist
 from mrp_repro import integrity
 from mrp_repro.errors import UserError
 
-__all__ = ["Dist", "init", "current", "launch", "without_nproc", "stage_lock", "RankFailed", "ERROR_FILE_ENV"]
+__all__ = ["Dist", "init", "finish", "current", "launch", "without_nproc", "stage_lock", "RankFailed", "ERROR_FILE_ENV"]
 
 #: where a failing rank writes its traceback (set by `launch`, read back to name the rank)
 ERROR_FILE_ENV = "MRP_REPRO_RANK_ERRORS"
@@ -129,13 +129,28 @@ def init() -> Dist:
     return current()
 
 
-def _leave() -> None:
-    """Destroy the process group before the interpreter exits. Left to interpreter shutdown, a gloo rank whose work
-    had finished sometimes died of SIGABRT ("terminate called without an active exception": its communication
-    threads were still joinable when their destructor ran), which fails the launch after every result was written
-    (seen in tests/test_ddp_training.py on a loaded machine)."""
+def finish() -> None:
+    """Leave the process group after this rank's work succeeded: every rank waits for the others (a barrier), then
+    each destroys its group while the interpreter is whole. Without the barrier a rank that finished first tore its
+    connections down while a peer still talked to it, and a gloo rank died of SIGABRT ("terminate called without an
+    active exception") after writing every result, failing the launch (tests/test_ddp_training.py, 1 CI run in
+    about 10 on 2 loaded cores). A no-op outside a process group; cli.run_cli calls it when main returns."""
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        _leave()
+
+
+def _leave() -> None:
+    """Destroy the process group before the interpreter exits (also after an error: atexit, no barrier, since a
+    failed rank's peers may never reach one). The group's C++ threads outlive destroy_process_group while anything
+    holds the group (a DDP module in a reference cycle): collected here, not during interpreter shutdown, where
+    gloo's threads met a half-torn-down interpreter and aborted."""
+    import gc
+
+    if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
+    gc.collect()
 
 
 @contextlib.contextmanager

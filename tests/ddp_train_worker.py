@@ -134,6 +134,7 @@ def main() -> None:
         res.mkdir(parents=True, exist_ok=True)
         report = {"world": d.world, "returned": returned, "rows": rows, "writes": writes}
         (res / f"rank-{d.rank}.json").write_text(json.dumps(report))
+    distributed.finish()  # as cli.run_cli does after a rank's main returns
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ only missing or corrupt shards, a dead rank fails the launch naming itself and i
 from __future__ import annotations
 
 import io
+import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -160,6 +162,21 @@ def test_init_registers_leaving_the_process_group_at_exit(tmp_path, monkeypatch)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_a_rank_that_succeeds_leaves_the_group_after_every_other_rank_finished(tmp_path):
+    """cli.run_cli ends a successful rank with distributed.finish: a barrier, then the group destroyed, so no rank
+    tears its connections down while a peer still works (a gloo rank once died of SIGABRT that way after writing
+    every result); a rank that fails does not wait, and the launch names it instead of hanging."""
+    worker = str(Path(__file__).parent / "ddp_finish_worker.py")
+    distributed.launch(worker, [str(tmp_path / "ok")], 2, tmp_path / "logs", timeout_s=120)
+    r0, r1 = (json.loads((tmp_path / "ok" / f"rank-{r}.json").read_text()) for r in (0, 1))
+    assert r1["work"] - r0["work"] > 1.5  # rank 1 worked 2 s longer
+    assert r0["left"] >= r1["work"]  # and rank 0 left the group only after it
+    t0 = time.monotonic()
+    with pytest.raises(distributed.RankFailed, match="rank 1 of 2 failed.*fails on purpose"):
+        distributed.launch(worker, [str(tmp_path / "bad"), "--fail-rank", "1"], 2, tmp_path / "logs", timeout_s=120)
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "bad" / "rank-1.json").exists()
 
 
 @pytest.mark.slow  # make test-slow; the clearing alone is checked in make test (the resume test above)
