@@ -219,7 +219,10 @@ def compare(profile: Profile, published_figures: Path | None = None) -> str:
               "on every run.", "", "| table | verdict | cells differing |", "|---|---|---|"]  # fmt: skip
     for a in sorted(theirs.glob("*.csv")):
         b = ours / a.name
-        if b.exists():
+        if a.stem == "trajectories":  # stages.trajectories_summary: the published run collects none
+            tables.append("| trajectories | not compared: the published run evaluates the published head and "
+                          "collects no trajectories | - |")  # fmt: skip
+        elif b.exists():
             verdict, n, size = _table_diff(a, b)
             tables.append(f"| {a.stem} | {verdict} | {n if n >= 0 else '-'} of {size} |")
     text = "\n".join([f"# {profile.name}: from scratch vs published ({pub_root})", "", *rows, *tables, ""])

@@ -51,6 +51,7 @@ __all__ = [
     "verify_files",
     "backbone_dir",
     "head_dir",
+    "head_applies",
     "republish_command",
     "main",
 ]
@@ -291,6 +292,15 @@ def head_dir(profile: Profile, backbone_fingerprint: str) -> Path | None:
     if not _applies(profile, "head", rec, head_settings(profile)):
         return None
     return verify_files(profile.name, "head", rec)
+
+
+def head_applies(profile: Profile) -> bool:
+    """Whether the published head stands in for `profile`'s head, decided from the records alone (no model is
+    loaded): the published backbone applies and the head's record names it. Such a run trains no head, so it
+    collects no trajectories (reproduce.stage_launches, stages.trajectories_summary)."""
+    if backbone_dir(profile) is None:
+        return False
+    return head_dir(profile, record(profile.name)["backbone"]["fingerprint"]) is not None
 
 
 # ----------------------------------------------------------------------------- command line

@@ -172,6 +172,23 @@ def auto_nproc() -> int:
                       else os.cpu_count() or 1))  # fmt: skip
 
 
+def stage_launches(profile, param: str) -> list[tuple[str, list[str], str]]:
+    """(module, its arguments, its log's name) of each stage heavy_stages launches after the backbone, in order."""
+    from mrp_repro import published
+    from mrp_repro.released import trains_head
+
+    launches = []
+    # a released head alone (mrp.pretrained) trains nothing, and the published head that applies is not retrained:
+    # neither reads trajectories (notebook 02 says so: stages.trajectories_summary)
+    if trains_head(profile) and not published.head_applies(profile):
+        launches += [("mrp_repro.stages", ["trajectories", "--profile", param, "--source", s], "trajectories")
+                     for s in profile.trajectories.sources]  # fmt: skip
+        launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))
+    launches.append(("mrp_repro.report.grids", ["--profile", param], "grids"))
+    launches.append(("mrp_repro.report.peers", ["--profile", param], "peers"))
+    return launches
+
+
 def heavy_stages(profile, param: str, nproc: int) -> None:
     """The stages that scale out, launched on `nproc` ranks before the notebooks (see the module docstring)."""
     import subprocess
@@ -186,16 +203,7 @@ def heavy_stages(profile, param: str, nproc: int) -> None:
         from mrp_repro.errors import UserError
 
         raise UserError(f"the backbone stage failed (its error is above); rerun `{' '.join(cmd[1:])}` to see it alone")
-    from mrp_repro.released import trains_head
-
-    launches = []
-    if trains_head(profile):  # a released head alone (mrp.pretrained) trains nothing and reads no trajectories
-        launches += [("mrp_repro.stages", ["trajectories", "--profile", param, "--source", s], "trajectories")
-                     for s in profile.trajectories.sources]  # fmt: skip
-        launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))
-    launches.append(("mrp_repro.report.grids", ["--profile", param], "grids"))
-    launches.append(("mrp_repro.report.peers", ["--profile", param], "peers"))
-    for module, args, what in launches:
+    for module, args, what in stage_launches(profile, param):
         print(f"[stages] {what} on {nproc} ranks: python -m {module} {' '.join(args)}", flush=True)
         distributed.launch(module, args, nproc, logs / what)
     print(f"[stages] done in {time.perf_counter() - t0:.0f}s", flush=True)

@@ -37,11 +37,12 @@ import hashlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from mrp_repro import checkpoint as ckpt_io
-from mrp_repro import distributed, integrity, published
+from mrp_repro import distributed, published
 from mrp_repro.backbone import Backbone, special_ids
 from mrp_repro.config import Profile, repo_root
 from mrp_repro.errors import UserError
@@ -53,6 +54,9 @@ from mrp_repro.training.common import BACKBONE_COMMAND, HEAD_COMMAND
 from mrp_repro.training.mrp import finished_problems, train_mrp, train_sources
 from mrp_repro.training.online import train_online
 from mrp_repro.trajectories import FORMAT_VERSION, collect, model_fingerprint, read_manifest, shard_problem
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "BACKBONE_SECTIONS",
@@ -66,6 +70,7 @@ __all__ = [
     "training_examples",
     "trajectories_dir",
     "trajectories",
+    "trajectories_summary",
     "head_key",
     "head_dir",
     "train_head",
@@ -274,6 +279,33 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
     # a killed run's half-written shard or manifest is cleared under the lock (under torchrun: rank 0's, for the launch)
     with distributed.stage_lock(out, f"trajectory collection ({source}) of profile {profile.name}"):
         return _trajectories(profile, bb, source, out, progress)
+
+
+def trajectories_summary(profile: Profile, bb: Backbone) -> pd.DataFrame:
+    """Notebook 02's table, one row per trajectories.sources entry (source, rows, shards, artifact): collected (or
+    reused) only when this run trains a head on them; a released head (mrp.pretrained) or the published head that
+    applies (published.head_applies) reads none, and the row says why instead of collecting (5 min of chain16's
+    `make reproduce`)."""
+    import pandas as pd
+
+    from mrp_repro.released import trains_head
+    from mrp_repro.runtime import runs_root
+
+    if not trains_head(profile):
+        why = "not collected: mrp.pretrained, nothing trained (mrp_training.beside_pretrained: false)"
+    elif published.head_applies(profile):
+        why = (f"not collected: the published head (artifacts/{profile.name}/head) applies and reads none; "
+               f"{FROM_SCRATCH_ENV}=1 retrains it from a new collection")  # fmt: skip
+    else:
+        rows = []
+        for src in profile.trajectories.sources:
+            out = trajectories(profile, bb, src)
+            man = read_manifest(out)
+            rows.append({"source": src, "rows": man["n_rows"], "shards": len(man["shards"]),
+                         "artifact": str(out.relative_to(runs_root()))})  # fmt: skip
+        return pd.DataFrame(rows)
+    return pd.DataFrame([{"source": src, "rows": 0, "shards": 0, "artifact": why}
+                         for src in profile.trajectories.sources])  # fmt: skip
 
 
 def _trajectories(profile: Profile, bb: Backbone, source: str, out: Path, progress: bool) -> Path:

@@ -17,7 +17,7 @@ from mrp_repro import published, stages
 from mrp_repro.config import load_profile, repo_root
 from mrp_repro.mrp import PREFIX
 from mrp_repro.publish import compare, publish
-from mrp_repro.runtime import FROM_SCRATCH_ENV, figures_root, runs_root
+from mrp_repro.runtime import FROM_SCRATCH_ENV, figures_dir, figures_root, runs_root
 from mrp_repro.trajectories import model_fingerprint
 
 # smoke, smaller: 4 backbone steps, 3 head steps, one thread (the record holds these settings, not smoke.yaml's)
@@ -189,6 +189,15 @@ def test_from_scratch_retrains_apart_and_compares(pub, monkeypatch):
     sha = json.loads((out / published.MANIFEST).read_text())["backbone"]["files"]["backbone/model/model.safetensors"]
     assert f"| backbone model.safetensors sha256 | {sha[:16]} | {sha[:16]} | yes |" in text
     assert "| head mrp.safetensors sha256 |" in text
+    # the published run collects no trajectories (its head is published): that table is not compared, the others are
+    theirs = base / "published-figures"
+    for d, rows in ((theirs / P.name, 0), (figures_dir(P), 12)):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "trajectories.csv").write_text(f"source,rows\nself,{rows}\n")
+        (d / "backbone.csv").write_text("setting,accuracy\nstatic(1),50.0\n")
+    text = compare(P, published_figures=theirs)
+    assert "| trajectories | not compared: the published run evaluates the published head" in text
+    assert "| backbone |" in text
     monkeypatch.setenv(FROM_SCRATCH_ENV, "maybe")
     with pytest.raises(Exception, match="MRP_REPRO_FROM_SCRATCH='maybe'"):
         runs_root()
@@ -212,3 +221,24 @@ def test_a_warm_restart_starts_from_the_published_backbone_only_if_it_is_the_fir
         published.phase1_backbone_dir(other)
     with pytest.raises(UserError, match="no published backbone"):
         published.phase1_backbone_dir(both.replace({"name": "nowhere"}))
+
+
+def test_the_published_head_collects_no_trajectories(pub, monkeypatch):
+    """A run that evaluates the published head trains none, so make reproduce launches no trajectory collection and
+    notebook 02's table says why; retraining (from scratch, or another head seed) collects them again."""
+    from mrp_repro.reproduce import stage_launches
+
+    P, _, _, _ = pub
+    sources = list(P.trajectories.sources)
+    assert published.head_applies(P)
+    assert [what for *_, what in stage_launches(P, P.name)] == ["grids", "peers"]
+    t = stages.trajectories_summary(P, stages.backbone(P, device="cpu", progress=False))
+    assert list(t["source"]) == sources and (t["rows"] == 0).all()
+    assert t["artifact"].str.startswith(f"not collected: the published head (artifacts/{P.name}/head)").all()
+    assert not list(runs_root().glob(f"{P.name}/trajectories-*"))  # nothing collected
+    trains = ["trajectories"] * len(sources) + ["head", "grids", "peers"]
+    assert not published.head_applies(P.replace({"seed": P.seed + 1}))  # another head seed: its own head
+    assert [what for *_, what in stage_launches(P.replace({"seed": P.seed + 1}), P.name)] == trains
+    monkeypatch.setenv(FROM_SCRATCH_ENV, "1")
+    assert not published.head_applies(P)
+    assert [what for *_, what in stage_launches(P, P.name)] == trains
