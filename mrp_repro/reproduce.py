@@ -250,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     from mrp_repro.report.tables import write_glossary
 
     figs = figures_dir(profile)
+    from mrp_repro.report.verdicts import refresh_provenance
+
+    refresh_provenance(figs)  # claims.md (09) was written before 11 re-rendered the peers tables
     glossary, undefined = write_glossary(figs)
     if undefined:
         print(f"{glossary}: column(s) {', '.join(undefined)} have no definition; add each to "

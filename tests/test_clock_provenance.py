@@ -69,6 +69,26 @@ def test_a_table_says_it_reused_a_cached_result_and_which_commit_computed_it(smo
     assert head[0].startswith("# Claims") and head[1] == summary
 
 
+def test_claims_md_names_the_renders_of_the_end_of_the_run(smoke_profile, tmp_runs, tmp_path, monkeypatch,
+                                                           fresh_reads):  # fmt: skip
+    """claims.md (notebook 09) is written before notebook 11 re-renders the peers tables: reproduce.main refreshes
+    its provenance paragraph after the last notebook, so it names this run's render, not the earlier run's."""
+    from mrp_repro.report import claims, verdicts
+
+    figs = tmp_path / "figs"
+    tables.save_table(_df(), figs, "peers")
+    stale = {**tables.read_provenance(figs)["peers"], "rendered_at": "1799e55" + "0" * 33}  # an earlier run's render
+    tables.record_provenance(figs, "peers", stale)
+    claims.write_report(claims.check_claims({}), figs, "smoke", numeric=False)
+    assert "1799e55" in (figs / "claims.md").read_text()
+    tables.save_table(_df(), figs, "peers")  # notebook 11, after 09
+    assert verdicts.refresh_provenance(figs)
+    text = (figs / "claims.md").read_text()
+    assert "1799e55" not in text and text.split("\n\n")[1] == tables.provenance_summary(figs)
+    assert text.startswith("# Claims") and not verdicts.refresh_provenance(figs)  # nothing left to rewrite
+    assert not verdicts.refresh_provenance(tmp_path / "none")  # no claims.md: nothing written
+
+
 def test_a_result_computed_this_run_and_one_with_no_record(smoke_profile, tmp_runs, tmp_path, monkeypatch,
                                                            fresh_reads):  # fmt: skip
     monkeypatch.setenv(runtime.RUN_STARTED_ENV, "2000-01-01T00:00:00+00:00")

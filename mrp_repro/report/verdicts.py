@@ -19,7 +19,7 @@ import pandas as pd
 
 __all__ = ["HOLDS", "DIRECTION", "SHORT", "NOT_SHOWN", "NOT", "NA", "VERDICTS", "Outcome", "Context", "na", "missing",
            "fmt", "fmt_ci", "direction", "sized", "ALL_SEEDS", "with_across_seeds", "report_markdown",
-           "write_report", "tally", "mode_sentences", "MODE_CLAIMS"]  # fmt: skip
+           "write_report", "refresh_provenance", "tally", "mode_sentences", "MODE_CLAIMS"]  # fmt: skip
 
 HOLDS = "holds"
 DIRECTION = "holds in direction; size not compared"
@@ -384,3 +384,22 @@ def write_report(report: pd.DataFrame, directory, profile_name: str, numeric: bo
     write_text(md, text.rstrip("\n") + "\n\n" + "\n".join(registration_lines(tables, profile_name)))
     write_csv(with_across_seeds(report, across), d / "claims.csv")
     return md
+
+
+def refresh_provenance(directory) -> bool:
+    """Rewrite claims.md's provenance paragraph from every table's stamp as it stands now. Notebook 09 writes it
+    mid-run, before notebook 11 re-renders the peers tables: read then, it named the commit of the run that had
+    rendered those last. reproduce.main calls this after the last notebook; True when a paragraph was rewritten."""
+    from mrp_repro.report.tables import provenance_summary, write_text
+
+    md = Path(directory) / "claims.md"
+    if not md.is_file():
+        return False
+    paragraphs = md.read_text().split("\n\n")
+    at = next((i for i, p in enumerate(paragraphs[:3]) if p.startswith("Provenance: ")), None)
+    prov = provenance_summary(directory)
+    if at is None or not prov or paragraphs[at] == prov:
+        return False
+    paragraphs[at] = prov
+    write_text(md, "\n\n".join(paragraphs))
+    return True
