@@ -127,12 +127,14 @@ class Method:
         if set(self.runs) - set(RUNS):
             raise ValueError(f"method {self.name!r}: runs {self.runs}, of {RUNS}")
 
-    def policies(self, profile, head=None, backbone=None) -> list:
-        """Its grid's policies on `profile` (a `prepare`, e.g. a calibration, needs the backbone)."""
+    def policies(self, profile, head=None, backbone=None, prepare: bool = True) -> list:
+        """Its grid's policies on `profile` (a `prepare`, e.g. a calibration, needs the backbone). prepare=False
+        builds them as declared, unprepared (spiffy: the chain of D nodes, the same D verify rows as its calibrated
+        graph at most): what a cost estimate needs, never what is decoded."""
         out = []
         for s in self.grid(profile, head):
             kw = dict(s)
-            if self.prepare is not None:
+            if self.prepare is not None and prepare:
                 if backbone is None:
                     raise ValueError(f"method {self.name!r} prepares its settings on the backbone: pass backbone=")
                 kw.update(self.prepare(profile, backbone, head, dict(s)))

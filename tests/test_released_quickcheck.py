@@ -13,7 +13,9 @@ import pytest
 from mrp_repro import gpu_check
 from mrp_repro.config import load_profile
 from mrp_repro.measure.stats import mean_ci
-from mrp_repro.report import paper, quickcheck
+from mrp_repro.model import ModelConfig
+from mrp_repro.mrp import MRPHead
+from mrp_repro.report import paper, peers, quickcheck
 from mrp_repro.report.grids import GRIDS
 
 
@@ -69,7 +71,13 @@ def test_wall_time_counts_the_forwards_the_code_makes(quick):
     assert total["minutes_low"] < total["minutes_high"]
     slower = quickcheck.wall_time(quick, forward_ms=30.0)["minutes_low"].iloc[-1]
     assert slower > total["minutes_low"]  # a measured per-forward cost replaces the assumed one
-    assert {g for g, _ in wt.index} == set(GRIDS) | {"total"}  # every grid the notebooks run
+    assert {g for g, _ in wt.index} == set(GRIDS) | {peers.GRID, "total"}  # every grid the notebooks run
+    # the peers grid: what it decodes, not what it reads from modes_runs (our static(1) is decoded: its clock)
+    spec = peers.grid_settings(quick, MRPHead(ModelConfig(8, 8, 8, 1, 1, 1, 8), 1), None, prepare=False)
+    reused = set(peers.reused_settings(quick, object(), spec))
+    estimated = set(wt.loc[peers.GRID].index)
+    assert reused and not reused & estimated and estimated | reused == {pol.name for _, _, pol in spec}
+    assert {"static(1)", "spiffy(3,chain)", "wino(0.5,0.9)"} <= estimated
 
 
 def test_block_calls_are_what_speculative_decodes():
@@ -84,6 +92,30 @@ def test_block_calls_are_what_speculative_decodes():
     assert len(verifies) == 15 and verifies[-2:] == [2, 1] and heads == 2 * 14 + 1
     parts, heads = quickcheck.block_calls("speculative", UpstreamSpeculative(3, object()), 16, fused=False)
     assert (4, 16) in parts and heads == 16 * 2
+
+
+def test_block_calls_of_the_peers():
+    """A draft graph of D nodes verifies as the chain at K = D, with no head call; the MRP draft tree drafts one head
+    step fewer a round than the chain; WINO makes one wide call (block and shadow block) per token, no head call."""
+    from mrp_repro.decoding import Speculative
+    from mrp_repro.decoding.mrp_tree import SpeculativeTree
+    from mrp_repro.decoding.peers_spiffy import DraftGraph, Spiffy
+    from mrp_repro.decoding.peers_wino import Wino
+
+    chain, chain_heads = quickcheck.block_calls("speculative", Speculative(3, "mrp", head=object()), 16, fused=True)
+    graph, graph_heads = quickcheck.block_calls("speculative", Spiffy(DraftGraph.chain(3)), 16, fused=True)
+    assert graph == chain and graph_heads == 0
+    naive = quickcheck.block_calls("speculative", Speculative(3, "naive"), 16, fused=True)
+    assert naive == (chain, 0)  # the SSD / FreeDave chain: Spiffy's chain graph
+    tree, tree_heads = quickcheck.block_calls("speculative", SpeculativeTree(3, head=object()), 16, fused=True)
+    assert tree == chain and tree_heads == 1 * 14 + 0  # min(3, m) - 2 drafts with m masked: 14 rounds of 1
+    assert chain_heads - tree_heads == 15  # one fewer in every round with a draft to spare
+    parts, heads = quickcheck.block_calls("remask", Wino(0.5, 0.9), 16, fused=False)
+    assert parts == [(quickcheck.WIDE, 16), (0, 1)] and heads == 0
+    # as many calls, each over twice the query rows: dearer where a batch of 64 is compute-bound, not in calls
+    wide = quickcheck._block_cost("remask", Wino(0.5, 0.9), 64, 16, False, 100.0, "loop", 0, None)
+    plain = quickcheck._block_cost("dynamic", Speculative(3, "naive"), 64, 16, False, 100.0, "loop", 0, None)
+    assert wide[0] == plain[0] == 17 and wide[2] > plain[2]
 
 
 def test_docs_table_is_the_code_s(quick):

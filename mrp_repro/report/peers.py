@@ -60,8 +60,8 @@ from mrp_repro.report.plots_base import (
 )
 
 __all__ = ["GRID", "REUSE_FROM", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode",
-           "held_rows", "with_held", "peer_runs", "with_methods", "costs", "peers_table", "AUP_ALPHA", "aup",
-           "aup_table", "plot_peers", "run"]  # fmt: skip
+           "reused_settings", "held_rows", "with_held", "peer_runs", "with_methods", "costs", "peers_table",
+           "AUP_ALPHA", "aup", "aup_table", "plot_peers", "run"]  # fmt: skip
 
 #: the grid frame (report.paper's result name, methods.RUNS) and the names of the table and figure
 GRID = "peers_runs"
@@ -93,14 +93,14 @@ def grid_methods(profile, head=None) -> list[str]:
     return list(dict.fromkeys(out + refs))
 
 
-def grid_settings(profile, head, backbone) -> list[tuple[str, str, object]]:
+def grid_settings(profile, head, backbone, prepare: bool = True) -> list[tuple[str, str, object]]:
     """(method, mode, policy) of every setting peers_runs decodes (module docstring), the reference policies and
     methods.PeerStatic included (its method ''). A setting two methods would decode (the same policy name) is the
     first one's; a draft graph whose calibration kept fewer than D nodes names the graph it is, so two D may give
-    one setting, decoded once."""
+    one setting, decoded once. prepare=False (backbone None): uncalibrated, for report.quickcheck's estimate."""
     out: dict[str, tuple[str, str, object]] = {}
     for m in methods.all_methods(runs=GRID):
-        for pol in m.policies(profile, head, backbone):
+        for pol in m.policies(profile, head, backbone, prepare=prepare):
             out.setdefault(pol.name, (m.name, m.mode, pol))
     for m in methods.all_methods(runs=GRID):
         ref = m.lossless
@@ -152,6 +152,21 @@ def _fits(runs: pd.DataFrame, profile, head, n_prompts) -> bool:
                for b in benches)  # fmt: skip
 
 
+def reused_settings(profile, head, spec: list, n_prompts: int | None = None) -> list[str]:
+    """The settings of `spec` that REUSE_FROM decodes too (the same algorithm and name, at the decoding batch size),
+    but static(1): what this grid reads from REUSE_FROM's stored frame rather than decodes (held_rows); report.
+    quickcheck leaves them out of its estimate of this grid."""
+    from mrp_repro.report import grids
+
+    if head is None:
+        return []
+    g = grids.grid_spec(profile, head, REUSE_FROM, n_prompts)
+    if (g["batch_size"] or profile.decoding.batch_size) != profile.decoding.batch_size:
+        return []
+    theirs = {(p.algorithm, p.name) for _, p in g["settings"]}
+    return [p.name for _, _, p in spec if (p.algorithm, p.name) in theirs and p.name != "static(1)"]
+
+
 def held_rows(profile, head, spec: list, n_prompts: int | None = None) -> pd.DataFrame | None:
     """REUSE_FROM's rows (stored, of its current spec at these n_prompts: report.grids.stored) of the settings of
     `spec` it decodes at the decoding batch size, and its static(1) (the clock they were paired with); None where it
@@ -161,12 +176,9 @@ def held_rows(profile, head, spec: list, n_prompts: int | None = None) -> pd.Dat
     if head is None:
         return None
     g = grids.grid_spec(profile, head, REUSE_FROM, n_prompts)
-    if (g["batch_size"] or profile.decoding.batch_size) != profile.decoding.batch_size or not grids.stored(
-        profile, REUSE_FROM, g
-    ):
+    if not grids.stored(profile, REUSE_FROM, g):
         return None
-    theirs = {(p.algorithm, p.name) for _, p in g["settings"]}
-    names = [p.name for _, _, p in spec if (p.algorithm, p.name) in theirs and p.name != "static(1)"]
+    names = reused_settings(profile, head, spec, n_prompts)
     frame = paper.load_result(profile, REUSE_FROM) if names else None
     if frame is None:
         return None

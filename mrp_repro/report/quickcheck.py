@@ -12,8 +12,8 @@ prompts, and this subset's own 95% CI width for an accuracy at the paper's value
 the width of a difference of two independent such means: an upper bound, since the pairing narrows it.
 A cell reads as reproduced when the paper's value lies inside our CI (about ours ± half the width).
 
-wall_time(profile): every decoding grid the notebooks run (report.grids.GRIDS), their settings
-(measure.runs.settings_for), prompts and batches; for each setting the backbone calls and head calls the code makes
+wall_time(profile): every decoding grid the notebooks run (report.grids.GRIDS, then report.peers' grid: the settings
+it decodes, not those it reads from modes_runs), their settings (measure.runs.settings_for), prompts and batches; for each setting the backbone calls and head calls the code makes
 per block at the worst case of one token per denoising forward (a batch runs until its longest row stops), and a
 cost per call: the per-call overhead (or gpu_check's measured batch-1 forward, --forward-ms) + the larger of
 (weights + KV traffic) / bandwidth and the FLOPs. The KV traffic is what model.Attention moves: its per-layer
@@ -31,6 +31,7 @@ import math
 import pandas as pd
 
 from mrp_repro.config import Profile
+from mrp_repro.decoding.mrp_tree import TREE_DRAFTER
 from mrp_repro.report import paper
 
 __all__ = ["ASSUMED", "SCENARIOS", "ci_width", "expected", "wall_time", "block_calls", "docs_table", "main"]
@@ -56,6 +57,8 @@ ASSUMED = {
 }  # fmt: skip
 #: the two ends of the range: which verify (backbone calls per verify of M candidates) and which end of each pair
 SCENARIOS = {"low": ("fold", 0), "high": ("loop", 1)}
+#: block_calls' M of a call over the block and its shadow block (WINO's); any M < 0 is not a verify
+WIDE = -2
 # The tables' columns are defined in measure.schema.TABLE_COLUMNS (the quick check's section), as every table's.
 
 
@@ -146,15 +149,24 @@ def _call_ms(q_tokens: int, kv_tokens: float, end: int, forward_ms: float | None
 
 def block_calls(mode: str, pol, L: int, fused: bool) -> tuple[list[tuple[int, int]], int]:
     """What one block costs, as the code decodes it at one token per denoising forward: ([(candidates M, count)],
-    head calls). M = 0 is a plain call over the block (a forward or a commit), M >= 1 a verify of M candidates."""
+    head calls). M = 0 is a plain call over the block (a forward or a commit), M >= 1 a verify of M candidates,
+    M = WIDE one call over the block and its shadow block (WINO), in either verify path.
+
+    The peers (their policies' algorithm "peer", on our engine): a draft graph (Spiffy, and the SSD / FreeDave
+    chain) verifies its K = D candidate states a round as the chain does, with no head call; the MRP draft tree one
+    head step fewer a round than the chain at K = D (its runner-up row replaces the last draft); WINO a wide call
+    per denoising forward and no head call."""
     algo, K = getattr(pol, "algorithm", "ours"), getattr(pol, "K", 0)
-    commit = [] if fused and algo == "ours" else [(0, 1)]  # fuse_commit: written by the next block's first forward
+    commit = [] if fused and algo in ("ours", "peer") else [(0, 1)]  # fuse_commit: the next block's first forward
     if mode == "speculative" and algo == "upstream":  # seed, then per round K - 1 head calls and a verify of K + 1
         return [(0, 1), (K + 1, L)] + commit, L * (K - 1)
     if mode == "speculative":  # seed; round with m masked: min(K, m) - 1 head drafts, a verify of min(K, m - 1)
         verifies = [(min(K, m - 1), 1) for m in range(L, 0, -1) if min(K, m - 1) > 0]
-        drafts = sum(min(K, m) - 1 for m in range(L, 0, -1)) if getattr(pol, "drafter", "mrp") == "mrp" else 0
+        fewer = {"mrp": 1, TREE_DRAFTER: 2}.get(getattr(pol, "drafter", "mrp"))  # head drafts: K - fewer a round
+        drafts = 0 if fewer is None else sum(max(min(K, m) - fewer, 0) for m in range(L, 0, -1))
         return [(0, 1)] + verifies + commit, drafts
+    if mode == "remask" and algo == "peer":  # WINO: every denoising forward carries the shadow block
+        return [(WIDE, L)] + commit, 0
     per = {"naive": getattr(pol, "k", 1), "direct": getattr(pol, "steps", 0) + 1, "static": getattr(pol, "k", 1)}
     n = math.ceil(L / per.get(mode, 1))
     return [(0, n)] + commit, {"direct": getattr(pol, "steps", 0) * n, "remask": n}.get(mode, 0)
@@ -166,7 +178,10 @@ def _block_cost(mode, pol, rows: int, L: int, fused: bool, context: float, verif
     parts, heads = block_calls(mode, pol, L, fused)
     calls, ms = 0, 0.0
     for M, n in parts:
-        if M == 0 or verify == "loop":  # a plain call, or loop's M forward_blocks: each moves the cache 3 times
+        if M == WIDE:  # one call of 2 blocks' query rows (block and shadow), reading the cache as a forward does
+            calls += n
+            ms += n * _call_ms(rows * L * 2, 3 * rows * context, end, forward_ms)
+        elif M == 0 or verify == "loop":  # a plain call, or loop's M forward_blocks: each moves the cache 3 times
             k = n * max(M, 1)
             calls += k
             ms += k * _call_ms(rows * L, 3 * rows * context, end, forward_ms)
@@ -182,6 +197,7 @@ def wall_time(profile: Profile, forward_ms: float | None = None) -> pd.DataFrame
     ends of the range (SCENARIOS; module doc); the last row is the total with the fixed costs (ASSUMED load_min)."""
     from mrp_repro.model import ModelConfig
     from mrp_repro.mrp import MRPHead
+    from mrp_repro.report import peers
     from mrp_repro.report.grids import GRIDS, grid_spec
 
     # the MRP settings are listed only with a head; a toy one stands in (nothing is decoded)
@@ -189,8 +205,14 @@ def wall_time(profile: Profile, forward_ms: float | None = None) -> pd.DataFrame
     L, nb = profile.block_size, len(profile.evaluation.benchmarks)
     fused = profile.decoding.fuse_commit
     rows = []
-    for grid in GRIDS:
-        spec = grid_spec(profile, head, grid)
+    # the peers grid decodes what modes_runs does not hold (peers.reused_settings: read from its frame), its draft
+    # graphs uncalibrated (a graph's verify rows are its D at most)
+    spec = peers.grid_settings(profile, head, None, prepare=False)
+    reused = set(peers.reused_settings(profile, head, spec))
+    specs = {grid: grid_spec(profile, head, grid) for grid in GRIDS}
+    specs[peers.GRID] = dict(n_prompts=None, batch_size=None,
+                             settings=[(mode, pol) for _, mode, pol in spec if pol.name not in reused])  # fmt: skip
+    for grid, spec in specs.items():
         bs = spec["batch_size"] or profile.decoding.batch_size
         n = spec["n_prompts"] or profile.evaluation.n_prompts
         if n is None:
