@@ -13,9 +13,9 @@ the width of a difference of two independent such means: an upper bound, since t
 A cell reads as reproduced when the paper's value lies inside our CI (about ours ± half the width).
 
 wall_time(profile): every decoding grid the notebooks run (report.grids.GRIDS, then report.peers' grid: the settings
-it decodes, not those it reads from modes_runs), their settings (measure.runs.settings_for), prompts and batches; for each setting the backbone calls and head calls the code makes
-per block at the worst case of one token per denoising forward (a batch runs until its longest row stops), and a
-cost per call: the per-call overhead (or gpu_check's measured batch-1 forward, --forward-ms) + the larger of
+it decodes, not those it reads from modes_runs), their settings (measure.runs.settings_for), prompts and batches;
+for each setting the backbone calls and head calls the code makes per block at the worst case of one token per
+denoising forward (a batch runs until its longest row stops), and a cost per call: the per-call overhead (or gpu_check's measured batch-1 forward, --forward-ms) + the larger of
 (weights + KV traffic) / bandwidth and the FLOPs. The KV traffic is what model.Attention moves: its per-layer
 torch.cat reads the cache and writes it with the new keys, attention reads the result (3 passes; a folded verify of
 M candidates writes and reads M copies). Each input is in ASSUMED with its source; a (low, high) pair spans the
