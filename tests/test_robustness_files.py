@@ -452,9 +452,12 @@ def test_reproduce_runs_the_heavy_stages_on_auto_ranks_unless_notebooks_are_name
     monkeypatch.setattr(reproduce, "run_notebook", lambda *a, **k: None)
     monkeypatch.setattr(reproduce, "notebooks", lambda only=None: [Path("notebooks/00_environment.ipynb")])
     monkeypatch.setattr("mrp_repro.report.tables.write_glossary", lambda figs: (Path("COLUMNS.md"), []))
+    refreshed = []  # claims.md's provenance paragraph, rewritten after the last notebook of every run
+    monkeypatch.setattr("mrp_repro.report.verdicts.refresh_provenance", refreshed.append)
     assert reproduce.main(["--profile", "smoke"]) == 0 and calls == [2]
     assert reproduce.main(["--profile", "smoke", "--only", "00"]) == 0 and calls == [2]
     assert reproduce.main(["--profile", "smoke", "--nproc", "1"]) == 0 and calls == [2]
+    assert len(refreshed) == 3 and all(Path(d).name == "smoke" for d in refreshed)
 
 
 def test_a_damaged_local_weights_files_advice_names_its_hub_repo_or_holds_no_placeholder(local_model, capsys):
