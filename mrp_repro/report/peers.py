@@ -421,10 +421,11 @@ def run(profile, backbone, head, n_prompts: int | None = None, out=None, progres
     note = (f"Every method on the same engine, prompts and batch size ({GRID}: each batch's settings decoded back to "
             f"back; the settings {REUSE_FROM} also decodes are read from its stored rows, resumed_from naming it, "
             f"their clock put on this grid's scale by the two grids' static(1); clock_record names each decode's "
-            f"measurement of record: {REUSE_FROM}'s for our settings, static(1) included). charged_tpf charges a head call {hc} forwards and an extra block-row "
-            f"{c['row_cost']:.3f} forwards (the run's cost model at batch {profile.decoding.batch_size}; row_cost from "
-            f"the K = {c['K']} verify). A lossless method's speed is reported only where every output equals its "
-            "reference's (reference_identical 1); the peers' wall clock is unchecked (no repeated passes).")
+            f"measurement of record: {REUSE_FROM}'s for our settings, static(1) included). charged_tpf charges a "
+            f"head call {hc} forwards and an extra block-row {c['row_cost']:.3f} forwards (the run's cost model at "
+            f"batch {profile.decoding.batch_size}; row_cost from the K = {c['K']} verify). A lossless method's speed "
+            "is reported only where every output equals its reference's (reference_identical 1); the peers' wall "
+            "clock is unchecked (no repeated passes).")
     paths = tables.save_table(t, figs, TABLE, digits=2, note=note)
     a = aup_table(t)
     paths += tables.save_table(a, figs, AUP_TABLE, digits=2, note=(
