@@ -21,7 +21,8 @@ notebooks (10_ablations: about an hour of head training on tiny) run only when n
 $MRP_REPRO_FROM_SCRATCH or with --only (the named notebooks run as they are). With --nproc N > 1 the heavy stages
 run first, through torchrun on N local ranks (mrp_repro.distributed):
 the backbone (one process), the trajectories of every trajectories.sources entry (sharded), the head (DDP; not
-with mrp.pretrained) and the decoding grids (report.grids and report.peers, sharded). The notebooks then run as
+with mrp.pretrained), the decoding grids (report.grids and report.peers, sharded) and notebook 05's repeated
+wall-clock passes (report.passes, a unit per batch size and benchmark on each rank). The notebooks then run as
 always, in one process, and read what those stages wrote. With N = 1 nothing changes.
 
 A profile with published artifacts (artifacts/<profile>/, mrp_repro.published) evaluates them: the backbone and
@@ -186,6 +187,8 @@ def stage_launches(profile, param: str) -> list[tuple[str, list[str], str]]:
         launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))
     launches.append(("mrp_repro.report.grids", ["--profile", param], "grids"))
     launches.append(("mrp_repro.report.peers", ["--profile", param], "peers"))
+    # notebook 05's repeated passes on every core, under the grids' load (report.passes says why)
+    launches.append(("mrp_repro.report.passes", ["--profile", param], "passes"))
     return launches
 
 

@@ -4,6 +4,8 @@ python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_grid_w
     [--die-rank R --die-after N [--hard]]   # rank R fails after writing N shards (--hard: os._exit, no error)
 python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_grid_worker.py - - --peers
     # report.peers.peer_runs of peers_inputs() under $MRP_REPRO_RUNS (the peers grid, sharded)
+python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_grid_worker.py - - --passes
+    # report.passes.collect of peers_inputs() under $MRP_REPRO_RUNS (05's repeated passes, a unit per rank)
 """
 
 from __future__ import annotations
@@ -65,12 +67,18 @@ def main(argv=None):
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--hard", action="store_true")
     ap.add_argument("--peers", action="store_true")
+    ap.add_argument("--passes", action="store_true")
     a = ap.parse_args(argv)
     d = distributed.init()
     if a.peers:
         from mrp_repro.report import peers
 
         peers.peer_runs(*peers_inputs())
+        return
+    if a.passes:
+        from mrp_repro.report import passes
+
+        passes.collect(*peers_inputs())
         return
     p, bb, head, settings, kw = grid_inputs()
     if a.die_rank == d.rank:  # fault injection: this rank dies after writing die_after shards

@@ -92,7 +92,7 @@ def test_plot_marks_every_wall_clock_point_whose_clock_gate_did_not_pass():
     schema.CLOCK_TRUSTED gets a red × (in the legend once), a passed one does not, and the TPF panels none."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots_speed import GATED_LABEL
+    from mrp_repro.report.plots_base import GATE_FAILED_LABEL as GATED_LABEL
 
     t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
     failed = t["setting"] == "dynamic(0.5)"

@@ -253,3 +253,27 @@ def test_peer_runs_reads_the_settings_modes_runs_holds_and_equals_decoding_them(
                               for df in (got, modes))  # fmt: skip
             assert w_got / s_got == pytest.approx(w_modes / s_modes)
     assert peers.peer_runs(P, bb, head) is not None and paper.load_result(P, peers.GRID) is not None
+
+
+def test_the_figure_draws_each_lossless_setting_as_its_own_bar_not_in_the_accuracy_cluster(smoke_profile, runs):
+    """Lossless methods share their reference's accuracy, so on the accuracy panels they would hide each other: each
+    of their settings is a bar of its own in the bottom row (none of them on the top row); one that is not identical
+    to its reference reports no speed and draws no bar."""
+    from matplotlib.container import BarContainer
+
+    t = peers.peers_table(runs, head_cost=0.5, row_cost=0.25, n_boot=20)
+    lossless = t["method"].map(lambda m: methods.get(m).lossless is not None)
+    assert lossless.any() and (~lossless).any()
+    t.loc[t.index[lossless][0], "charged_tpf"] = float("nan")  # as peers_table reports a non-identical setting
+    fig = peers.plot_peers(t)
+    top, bottom = fig.axes[: len(set(t["benchmark"]))], fig.axes[len(set(t["benchmark"])) :]
+    labels = {f"{methods.get(m).series} [{methods.get(m).family}]" for m in t.loc[lossless, "method"]}
+    assert not labels & {ln.get_label() for ax in top for ln in ax.get_lines()}
+    for ax, (_, g) in zip(bottom, t[lossless].groupby("benchmark", sort=False), strict=True):
+        ticks = [x.get_text() for x in ax.get_yticklabels()]
+        assert len(ticks) == len(set(ticks)) == len(g)
+        bars = sum(len(c) for c in ax.containers if isinstance(c, BarContainer))
+        assert bars == int(g["charged_tpf"].notna().sum())
+    assert any("not identical" in x.get_text() for ax in bottom for x in ax.texts)
+    assert all(n > 0 for n in plots_base.legend_points(fig).values())
+    plt.close(fig)

@@ -97,11 +97,12 @@ def test_out_dir_for_profile(tmp_runs, smoke_profile):
 def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path):
     both = synthetic_runs(n=N, algorithms=("ours", "upstream"))
     fig = plots.plot_speculative(both)
-    left, right = fig.axes[:2]
+    left, right = fig.axes[0], fig.axes[1:]
     assert [t.get_text() for t in left.get_xticklabels()] == (
         ["static"] + [f"K={k}" for k in SPEC_K] + ["upstream static"] + [f"upstream K={k}" for k in SPEC_K])
-    assert {ln.get_label() for ln in _lines(right)} == {f"{b} {p}K={k}" for b in BENCHES for p in ("", "upstream ")
-                                                         for k in SPEC_K}  # fmt: skip
+    assert [ax.get_title() for ax in right] == [f"{b}: acceptance length" for b in BENCHES]
+    for ax in right:  # one panel per benchmark: each holds its own benchmark's series only
+        assert [ln.get_label() for ln in _lines(ax)] == [f"{p}K={k}" for p in ("", "upstream ") for k in SPEC_K]
     one = synthetic_runs(n=N, algorithms=("ours", "upstream"), batch_size=1)  # the latency grid: the paper's speed
     fig = plots.plot_speedup(plots.at_batch(paper.speculative_table(one, n_boot=10), one))
     assert set(_fig_legend(fig)) == {"paper (SDAR-8B)"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
@@ -111,7 +112,7 @@ def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path
 def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     fig = plots.plot_speculative(runs)
     _not_empty(fig)
-    left, right = fig.axes[:2]
+    left, right = fig.axes[0], fig.axes[-1]
     pts = {c.get_label(): len(c.get_offsets()) for c in _scatters(left)}
     # per benchmark: one point per prompt for static and for each K; one ceiling mark per K
     assert pts == {**{b: N * (1 + len(SPEC_K)) for b in BENCHES},
@@ -124,9 +125,10 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
         if "ceiling" in c.get_label():
             assert c.get_zorder() > points and len(c.get_offsets()) == len(SPEC_K)
     assert len(left.collections[-1].get_offsets()) == len(SPEC_K)  # the last drawn: a ceiling, not points
-    want = {f"{b} K={k}" for b in BENCHES for k in SPEC_K}
+    want = {f"K={k}" for k in SPEC_K}
     assert {ln.get_label() for ln in _lines(right)} == want and set(_legend(right)) == want
-    for ln in _lines(right):  # accept lengths 0..K
+    assert len(fig.axes) == 1 + len(BENCHES)
+    for ln in (ln for ax in fig.axes[1:] for ln in _lines(ax)):  # accept lengths 0..K
         K = int(ln.get_label().split("K=")[1])
         assert len(ln.get_xdata()) == K + 1 and np.isclose(np.sum(ln.get_ydata()), 1.0)
     _save(fig, tmp_path, "speculative")
@@ -173,11 +175,13 @@ def test_speedup_figure_marks_each_bar_whose_clock_gate_did_not_pass():
     gates[-1] = "failed: repeatable"
     fig = plots.plot_speedup(spec.assign(clock_gate=gates))
     (ax,) = fig.axes
-    marks = [c for c in ax.collections if c.get_label() == plots.GATED_LABEL]
-    assert sum(len(c.get_offsets()) for c in marks) == 2 and plots.GATED_LABEL in _fig_legend(fig)
+    for label in (plots.GATE_FAILED_LABEL, plots.GATE_UNCHECKED_LABEL):  # each kind its own mark, one bar each
+        marks = [c for c in ax.collections if c.get_label() == label]
+        assert sum(len(c.get_offsets()) for c in marks) == 1 and label in _fig_legend(fig)
     clean = plots.plot_speedup(spec.assign(clock_gate="passed"))  # every gate passed: no mark, no legend entry
-    assert plots.GATED_LABEL not in _fig_legend(clean)
-    assert not any(c.get_label() == plots.GATED_LABEL for c in clean.axes[0].collections)
+    for label in (plots.GATE_FAILED_LABEL, plots.GATE_UNCHECKED_LABEL):
+        assert label not in _fig_legend(clean)
+        assert not any(c.get_label() == label for c in clean.axes[0].collections)
 
 
 def test_speedup_figure_one_batch_size_per_panel(tmp_path):
@@ -499,7 +503,7 @@ def test_speculative_legend_clears_the_tick_labels():
     fig = plots.plot_speculative(synthetic_runs(n=N, algorithms=("ours", "upstream")))
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
-    left, right = fig.axes[:2]
+    left, right = fig.axes[0], fig.axes[-1]
     leg = left.get_legend().get_window_extent(r)
     ticks = [t.get_window_extent(r) for ax in (left, right) for t in ax.get_xticklabels() if t.get_text()]
     assert ticks and not any(_overlap(leg, b) for b in ticks)
@@ -537,7 +541,7 @@ def _controls_runs(r: pd.DataFrame, same_at=(0.9,)) -> pd.DataFrame:
 def test_speculative_figure_draws_the_no_head_drafter_beside_mrp(tmp_path, runs):
     r = _with_no_head_drafter(runs)
     fig = plots.plot_speculative(r)
-    left, right = fig.axes[:2]
+    left, right = fig.axes[0], fig.axes[-1]
     ticks = [t.get_text() for t in left.get_xticklabels()]
     assert ticks == ["static"] + [x for k in SPEC_K for x in (f"K={k}", f"K={k}, no-head drafter")]
     pts = {c.get_label(): len(c.get_offsets()) for c in _scatters(left)}
@@ -545,7 +549,7 @@ def test_speculative_figure_draws_the_no_head_drafter_beside_mrp(tmp_path, runs)
         assert pts[f"{b}, no-head drafter (no-MRP control, hollow)"] == N * len(SPEC_K)
         assert pts[b] == N * (1 + len(SPEC_K))  # MRP's points unchanged
     labels = {ln.get_label() for ln in _lines(right)}
-    assert {f"{b} K={k}, no-head drafter" for b in BENCHES for k in SPEC_K} <= labels
+    assert {f"K={k}, no-head drafter" for k in SPEC_K} <= labels
     assert all(n > 0 for n in plots.legend_points(fig).values())
     assert plots.hidden_markers(fig) == []
     _save(fig, tmp_path, "speculative_controls")
@@ -585,7 +589,7 @@ def test_speedup_figure_draws_each_control_beside_mrp(tmp_path):
     gated = plots.speedup_controls(one, many, n_boot=10, record=record)
     assert gated["clock_gate"].str.startswith("unchecked").all() and len(gated) == len(ctl)
     fig = plots.plot_speedup(spec.assign(clock_gate="passed"), None, gated)
-    marks = [c for ax in fig.axes for c in ax.collections if c.get_label() == plots.GATED_LABEL]
+    marks = [c for ax in fig.axes for c in ax.collections if c.get_label() == plots.GATE_UNCHECKED_LABEL]
     assert sum(len(c.get_offsets()) for c in marks) == len(gated[gated["batch_size"].isin([1, 32])])
 
 
@@ -645,3 +649,24 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
             front = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label().startswith("dynamic frontier")]
             assert front and all(str(ln.get_markerfacecolor()) != "none" for ln in front)
         matplotlib.pyplot.close(fig)
+
+
+def test_remasking_series_equal_to_dynamic_in_accuracy_only_says_accuracy(tmp_path):
+    """With the TPF panel drawn, "(= dynamic)" claims the same decode: a series whose accuracy equals dynamic's at
+    every τ but whose TPF does not is tagged "(accuracy = dynamic)"; one whose TPF equals too keeps "(= dynamic)"."""
+    one = synthetic_runs(n=N, benchmarks=("synth-math",))
+    t = paper.remasking_table(one, rule=None, algorithm=None, n_boot=0).copy()
+    for rule in ("delta", "tau"):
+        at = t["rule"] == rule
+        t.loc[at, "mrp_remask_accuracy"] = t.loc[at, "baseline_accuracy"]
+    dyn = one[one["mode"] == "dynamic"].set_index(["threshold", "problem_id"])
+    runs = one.copy()
+    tau = (runs["mode"] == "remask") & (runs["rule"] == "tau")
+    key = pd.MultiIndex.from_frame(runs.loc[tau, ["threshold", "problem_id"]])
+    for c in ("tokens", "denoise_forwards"):  # rule tau decodes as dynamic does, as far as TPF shows
+        runs.loc[tau, c] = dyn[c].reindex(key).to_numpy()
+    fig = plots.plot_remasking(t, runs=runs)
+    labels = _fig_legend(fig)
+    assert "MRP remask, rule tau (ours) (= dynamic)" in labels, labels
+    assert "MRP remask, rule delta (ours) (accuracy = dynamic)" in labels, labels
+    _save(fig, tmp_path, "remasking_accuracy_equal")

@@ -231,12 +231,12 @@ def test_the_published_head_collects_no_trajectories(pub, monkeypatch):
     P, _, _, _ = pub
     sources = list(P.trajectories.sources)
     assert published.head_applies(P)
-    assert [what for *_, what in stage_launches(P, P.name)] == ["grids", "peers"]
+    assert [what for *_, what in stage_launches(P, P.name)] == ["grids", "peers", "passes"]
     t = stages.trajectories_summary(P, stages.backbone(P, device="cpu", progress=False))
     assert list(t["source"]) == sources and (t["rows"] == 0).all()
     assert t["artifact"].str.startswith(f"not collected: the published head (artifacts/{P.name}/head)").all()
     assert not list(runs_root().glob(f"{P.name}/trajectories-*"))  # nothing collected
-    trains = ["trajectories"] * len(sources) + ["head", "grids", "peers"]
+    trains = ["trajectories"] * len(sources) + ["head", "grids", "peers", "passes"]
     assert not published.head_applies(P.replace({"seed": P.seed + 1}))  # another head seed: its own head
     assert [what for *_, what in stage_launches(P.replace({"seed": P.seed + 1}), P.name)] == trains
     monkeypatch.setenv(FROM_SCRATCH_ENV, "1")

@@ -338,12 +338,11 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     the dynamic settings' own (same τ, speed and accuracy) is drawn dashed with larger hollow markers above the
     frontier on those panels, and its label says " (= dynamic)" (on every panel it is drawn on) or " (= dynamic in
     N of M panels)". A point of the wall-clock axis whose clock_gate (report.wallclock.mark_clock) is not in
-    schema.CLOCK_TRUSTED is marked with a red × (plots_speed.GATED_LABEL), as speedup.png marks its bars."""
+    schema.CLOCK_TRUSTED is marked (plots_base.mark_clock_gates: × a check failed, ○ unchecked), as speedup.png
+    marks its bars."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.measure.schema import CLOCK_TRUSTED
-    from mrp_repro.report.plots_base import nest_coincident_markers, set_theme
-    from mrp_repro.report.plots_speed import GATED_LABEL
+    from mrp_repro.report.plots_base import mark_clock_gates, nest_coincident_markers, set_theme
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
@@ -407,10 +406,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
                             textcoords="offset points")  # fmt: skip
             nest_coincident_markers(ax)  # two rules on one point (loo and sequential on chain-math) nest, not hide
             if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
-                gated = t[t["clock_gate"].notna() & ~t["clock_gate"].isin(CLOCK_TRUSTED)]
-                if len(gated):
-                    ax.scatter(gated["speed"], gated["accuracy"], marker="x", color="red", s=70, lw=1.8, zorder=7,
-                               label=GATED_LABEL)  # fmt: skip
+                mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
             ax.set_xlabel(AXIS_LABELS[axis])
             ax.set_ylabel("accuracy (%)")
             ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed ({axis})")

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from mrp_repro import methods
 from mrp_repro.measure import stats
@@ -360,45 +361,96 @@ def _setting_rows(runs: pd.DataFrame, model, bench, setting: str) -> pd.DataFram
 
 
 def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
-    """Accuracy (CI) vs `x` (default charged_tpf: every method charged its head calls and wide forwards) per
-    benchmark, one marker and colour per series: a method (its declared series and family), or a method and rule where
-    the method's settings hold several rules (MRP remasking's rules are separate curves, never one line through
-    all of them), its settings joined in x order;
-    a setting whose speed is blank (a lossless method that fails its reference) is not drawn; a point on an earlier
-    method's is drawn hollow and larger (plots_base.nest_coincident_markers: the chain and a graph often coincide)."""
+    """Two rows of panels, one column per benchmark.
+
+    Top: accuracy (CI) vs `x` (default charged_tpf: every method charged its head calls and wide forwards) of the
+    methods that trade accuracy for speed, and static(1) as the anchor; one marker and colour per series: a method
+    (its declared series and family), or a method and rule where the method's settings hold several rules (MRP
+    remasking's rules are separate curves, never one line through all of them), its settings joined in x order; a
+    point on an earlier method's is drawn hollow and larger (plots_base.nest_coincident_markers).
+    Bottom: the lossless methods (a declared reference): their accuracy is their reference's by token identity, so
+    on the top row they would sit in one cluster at their reference's accuracy, hiding each other (the chain and
+    Spiffy's graph at D = K coincide by construction). Each setting is its own bar of `x` (log scale), in the
+    method's colour, labelled with its value and the uncharged TPF, a black tick at its reference's `x` and a line
+    at static's 1; a setting whose outputs differ from its reference's reports no speed: no bar, "not identical"."""
     what = "plot_peers"
-    _need(table, ["benchmark", "method", "family", "setting", "rule", "accuracy", "accuracy_lo", "accuracy_hi", x],
-          what)  # fmt: skip
+    _need(table, ["benchmark", "method", "family", "setting", "rule", "accuracy", "accuracy_lo", "accuracy_hi", x,
+                  "tpf", "reference"], what)  # fmt: skip
     _unique(table, ["benchmark", "method", "setting"], what)
     set_theme()
-    table = table.assign(rule=table["rule"].fillna("").astype(str))
+    table = table.assign(rule=table["rule"].fillna("").astype(str), reference=table["reference"].fillna(""))
     benches = list(dict.fromkeys(table["benchmark"]))
     names = list(dict.fromkeys(zip(table["method"], table["rule"], strict=True)))  # (method, rule) series
     ruled = {meth for meth, g in table.groupby("method") if g["rule"].nunique() > 1}
     colors = dict(zip(names, _colors(len(names)), strict=True))
     marker = {n: _MARKERS[i % len(_MARKERS)] for i, n in enumerate(names)}
-    fig, axes = plt.subplots(1, len(benches), figsize=(5.2 * len(benches), 4.0), squeeze=False)
-    for ax, b in zip(axes[0], benches, strict=True):
+    lossless = {meth for meth in table["method"].unique() if methods.get(meth).lossless is not None}
+    n_bars = max((int(table[(table["benchmark"] == b) & table["method"].isin(lossless)].shape[0]) for b in benches),
+                 default=0)  # fmt: skip
+    rows = 2 if n_bars else 1
+    heights = [4.0, 0.32 * n_bars + 0.6][:rows]
+    fig, axes = plt.subplots(rows, len(benches), figsize=(6.4 * len(benches), sum(heights) + 0.4 * rows),
+                             squeeze=False, height_ratios=heights)  # fmt: skip
+
+    def label(n) -> str:
+        m = methods.get(n[0])
+        return f"{m.series}{f', rule {n[1]}' if n[0] in ruled else ''} [{m.family}]"
+
+    xlabel = {"charged_tpf": "tokens per charged forward (head calls and extra block-rows charged)",
+              "tpf": "tokens per denoising forward"}.get(x, x)  # fmt: skip
+    for col, b in enumerate(benches):
+        ax = axes[0][col]
         g = table[(table["benchmark"] == b) & table[x].notna()]
         for n in names:
-            meth, rule = n
-            h = g[(g["method"] == meth) & (g["rule"] == rule)].sort_values(x)
-            if h.empty:
+            h = g[(g["method"] == n[0]) & (g["rule"] == n[1])].sort_values(x)
+            if h.empty or n[0] in lossless:
                 continue
-            m = methods.get(meth)
-            peer = m.family == "peer"
-            label = f"{m.series}{f', rule {rule}' if meth in ruled else ''} [{m.family}]"
+            peer = methods.get(n[0]).family == "peer"
             ax.errorbar(h[x], h["accuracy"], yerr=_yerr(h, "accuracy"), color=colors[n], marker=marker[n], ms=7,
                         mfc="white" if peer else colors[n], mew=1.6, capsize=2, lw=1.4, ls="--" if peer else "-",
-                        label=label)  # fmt: skip
-        ax.set_title(b)
-        ax.set_xlabel({"charged_tpf": "tokens per charged forward (head calls and extra block-rows charged)",
-                       "tpf": "tokens per denoising forward"}.get(x, x), fontsize=9)  # fmt: skip
+                        label=label(n))  # fmt: skip
+        ax.set_title(f"{b}: methods that trade accuracy for speed", fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
         ax.set_ylabel(LABELS["accuracy"])
-    _legend_below(fig, axes[0], ncol=3)
+        if rows == 2:
+            _lossless_bars(axes[1][col], table[table["benchmark"] == b], lossless, colors, label, x)
+            axes[1][col].set_title(f"{b}: lossless methods (accuracy = their reference's)", fontsize=10)
+            axes[1][col].set_xlabel(xlabel + ", log scale", fontsize=9)
+    _legend_below(fig, list(axes.flat), ncol=3)
     for ax in axes[0]:  # after the legend: its keys keep each method's marker; a point on another's nests
         nest_coincident_markers(ax)
     return fig
+
+
+def _lossless_bars(ax, g: pd.DataFrame, lossless: set, colors: dict, label, x: str) -> None:
+    """plot_peers' bottom panel of one benchmark (its docstring): a bar per lossless setting, top to bottom in
+    table order."""
+    bars = g[g["method"].isin(lossless)].reset_index(drop=True)
+    at = {s: float(v) for s, v in zip(g["setting"], g[x], strict=True)}  # a reference's x, by its setting name
+    ys = list(range(len(bars)))[::-1]
+    for y, r in zip(ys, bars.itertuples(index=False), strict=True):
+        n = (r.method, r.rule)
+        v = getattr(r, x)
+        ref = at.get(r.reference, math.nan)
+        right = max(v if pd.notna(v) else 1.0, ref if math.isfinite(ref) else 1.0, 1.0)  # past the bar and ticks
+        if pd.notna(v):
+            ax.barh(y, v, color=colors[n], height=0.7, label=label(n))
+            ax.text(right * 1.06, y, f"{v:.2f} (TPF {r.tpf:.2f})", va="center", fontsize=7)
+        else:
+            ax.text(right * 1.06, y, "not identical to its reference: no speed", va="center", fontsize=7, color="C3")
+        if math.isfinite(ref):
+            ax.plot([ref, ref], [y - 0.42, y + 0.42], color="black", lw=1.6, marker="",
+                    label="the setting's reference (black tick on its bar)")  # fmt: skip
+    ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    finite = [v for v in [*bars[x].dropna(), *(at.get(r, math.nan) for r in bars["reference"])] if math.isfinite(v)]
+    lo, hi = min(0.8, 0.8 * min(finite, default=1.0)), 3.5 * max(finite, default=1.0)
+    ax.set_xlim(lo, hi)
+    ax.xaxis.set_major_locator(FixedLocator([t for t in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64) if lo <= t <= hi]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda t, _: f"{t:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_yticks(ys, [f"{s} vs {r}" for s, r in zip(bars["setting"], bars["reference"], strict=True)], fontsize=7)
+    ax.grid(axis="y", visible=False)
 
 
 # ----------------------------------------------------------------------------- the notebook's call

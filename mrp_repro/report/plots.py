@@ -17,6 +17,8 @@ Tables: mrp_repro.report.tables.
 from __future__ import annotations
 
 from mrp_repro.report.plots_base import (
+    GATE_FAILED_LABEL,
+    GATE_UNCHECKED_LABEL,
     LABELS,
     PALETTE,
     hidden_markers,
@@ -28,7 +30,6 @@ from mrp_repro.report.plots_base import (
 from mrp_repro.report.plots_remask import plot_remasking, plot_trajectory, remasking_controls
 from mrp_repro.report.plots_speed import (
     CONTROL_DRAFTER,
-    GATED_LABEL,
     SPEEDUP_COLUMNS,
     at_batch,
     plot_kernels,
@@ -43,5 +44,5 @@ __all__ = [
     "PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers", "hidden_markers",
     "plot_adjacent", "plot_adjacent_relative", "plot_training_curve", "plot_remasking", "remasking_controls",
     "plot_trajectory", "plot_lookahead", "plot_speculative", "plot_speedup", "at_batch", "speedup_controls",
-    "plot_kernels", "CONTROL_DRAFTER", "GATED_LABEL", "SPEEDUP_COLUMNS",
+    "plot_kernels", "CONTROL_DRAFTER", "SPEEDUP_COLUMNS", "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL",
 ]  # fmt: skip

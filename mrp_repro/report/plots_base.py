@@ -26,6 +26,7 @@ from mrp_repro.measure.schema import require
 from mrp_repro.report.tables import out_dir
 
 __all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
+           "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL", "mark_clock_gates",
            "hidden_markers"]  # fmt: skip
 
 
@@ -220,3 +221,29 @@ def legend_points(fig) -> dict[str, int]:
     legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
     names = [t.get_text() for leg in legends if leg is not None for t in leg.get_texts()]
     return {n: drawn.get(n, 0) for n in names}
+
+
+#: the legend entries of a wall-clock number whose clock gate (report.wallclock) did not pass: a sanity check failed
+#: (clock_gate "failed: ..."), or none was made (clock_gate "unchecked: ...", not re-timed by the repeated passes)
+GATE_FAILED_LABEL = "× clock gate failed (a sanity check failed)"
+GATE_UNCHECKED_LABEL = "○ clock unchecked (not re-timed by the repeated passes)"
+
+
+def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> dict[str, int]:
+    """Mark each wall-clock point (x, y) whose gate did not pass: a red × where a check failed, a grey ring where none
+    was made; a passed gate or the reference (schema.CLOCK_TRUSTED) and a blank gate get none. -> marks per label."""
+    from mrp_repro.measure.schema import CLOCK_TRUSTED
+
+    g = pd.Series(list(gates), dtype=object).fillna("").astype(str).to_numpy()
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    failed = np.char.startswith(g.astype(str), "failed")
+    unchecked = ~failed & (g != "") & ~np.isin(g, CLOCK_TRUSTED)
+    out = {}
+    for mask, label, style in ((failed, GATE_FAILED_LABEL, dict(marker="x", color="crimson", lw=1.8)),
+                               (unchecked, GATE_UNCHECKED_LABEL, dict(marker="o", facecolors="none",
+                                                                      edgecolors="0.35", lw=1.4))):  # fmt: skip
+        if mask.any():
+            ax.scatter(x[mask], y[mask], s=size, zorder=zorder, label=label, **style)
+            out[label] = int(mask.sum())
+    return out
+

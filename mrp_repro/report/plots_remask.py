@@ -86,6 +86,35 @@ def _equals_dynamic(table: pd.DataFrame, algo: str, rule: str, delta) -> list[st
     return out
 
 
+def _tpf_equals_dynamic(tpf: pd.Series | None, b: str, algo: str, rule: str, delta) -> bool:
+    """Whether the series' TPF (_tpf_by) equals its family's dynamic TPF at every τ it ran on benchmark `b`; True
+    without runs (the figure then draws accuracy alone, where the series equals dynamic)."""
+    if tpf is None:
+        return True
+    if b not in tpf.index.get_level_values(0):
+        return False
+    t = tpf.loc[b]
+    key, base = (algo, rule, -1.0 if delta is None else delta), (algo, "", -1.0)
+    if key not in t.index.droplevel(-1) or base not in t.index.droplevel(-1):
+        return False
+    h, d0 = t.loc[key], t.loc[base]
+    return bool(len(h)) and np.isclose(h.to_numpy(float), d0.reindex(h.index).to_numpy(float), rtol=0,
+                                       atol=1e-9).all()  # fmt: skip
+
+
+def _equals_tag(table: pd.DataFrame, tpf: pd.Series | None, k: tuple, on: list[str]) -> str:
+    """The legend tag of series `k` equal to dynamic in accuracy on benchmarks `on`: "= dynamic" where its TPF
+    equals dynamic's too (the same decode, as far as the figure shows), "accuracy = dynamic" where only its accuracy
+    does (its TPF panel differs); "on <benchmarks>" unless it holds wherever the series is drawn."""
+    drawn_on = list(dict.fromkeys(table.loc[_in_series(table, *k), "benchmark"]))
+    parts = []
+    for what, bs in (("= dynamic", [b for b in on if _tpf_equals_dynamic(tpf, b, *k)]),
+                     ("accuracy = dynamic", [b for b in on if not _tpf_equals_dynamic(tpf, b, *k)])):  # fmt: skip
+        if bs:
+            parts.append(what if len(bs) == len(drawn_on) else f"{what} on {', '.join(bs)}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _in_series(t: pd.DataFrame, algo: str, rule: str, delta) -> pd.Series:
     """Rows of `t` in the series (algo, rule, delta)."""
     same_d = t["delta"].isna() if delta is None else np.isclose(t["delta"], delta)
@@ -168,11 +197,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
     # a series equal to the dynamic baseline everywhere (delta, often) says so in its label; on some benchmarks
     # only, it names them; and it is drawn dashed with hollow markers, visible on the baseline it covers
     same = {k: _equals_dynamic(table, *k) for k in series}
-    labels = {}
-    for k in series:
-        on, drawn_on = same[k], set(table.loc[_in_series(table, *k), "benchmark"])
-        tag = f" (= dynamic on {', '.join(on)})" if on and len(on) < len(drawn_on) else " (= dynamic)" if on else ""
-        labels[k] = _series_label(*k) + tag
+    labels = {k: _series_label(*k) + _equals_tag(table, tpf, k, same[k]) for k in series}
     for j, b in enumerate(benches):
         g = table[table["benchmark"] == b]
         ax = axes[0][j]

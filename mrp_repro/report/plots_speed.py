@@ -27,12 +27,13 @@ from mrp_repro.report.plots_base import (
     _paper_benchmark,
     _unique,
     _yerr,
+    mark_clock_gates,
     nest_coincident_markers,
     set_theme,
 )
 
 __all__ = ["plot_lookahead", "plot_speculative", "at_batch", "speedup_controls", "plot_speedup", "plot_kernels",
-           "CONTROL_DRAFTER", "GATED_LABEL", "SPEEDUP_COLUMNS"]  # fmt: skip
+           "CONTROL_DRAFTER", "SPEEDUP_COLUMNS"]  # fmt: skip
 
 
 def plot_lookahead(table: pd.DataFrame):
@@ -99,8 +100,9 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     Left: TPF per prompt (one point each) for static and every speculative K of `drafter`, one series per
     benchmark, with the oracle drafter's mean TPF at each K marked as the ceiling, and, where the runs hold it, the
     no-head drafter (speculative(K, naive), MRP's control: drafts from the backbone's own logits) beside each K as
-    its own x category (hollow points). Right: the distribution of drafts accepted per round, one series per
-    benchmark x K, the no-head drafter's dashed beside MRP's."""
+    its own x category (hollow points). Right, one panel per benchmark: the distribution of drafts accepted per
+    round, one series per algorithm x K (a colour per drafter family, a marker per K), the no-head drafter's dashed
+    and hollow beside MRP's."""
     what = "plot_speculative"
     _need(runs, ["benchmark", "algorithm", "mode", "K", "drafter", "problem_id", "tokens", "denoise_forwards",
                  "accept_lengths"], what)  # fmt: skip
@@ -116,8 +118,9 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     _unique(ctl, ["benchmark", "algorithm", "mode", "K", "problem_id"], what)
     oracle = runs[(runs["mode"] == "speculative") & (runs["drafter"] == "oracle")]
     set_theme()
-    fig, axes = plt.subplots(1, 2, figsize=(10 + 2 * (len(ctl) > 0), 3.8))
     benches = list(dict.fromkeys(df["benchmark"]))
+    fig, axes = plt.subplots(1, 1 + len(benches), figsize=(6 + 3.6 * len(benches) + 2 * (len(ctl) > 0), 3.8),
+                             width_ratios=[1.6] + [1.0] * len(benches))  # fmt: skip
     Ks = sorted(spec["K"].unique())
     # ours first (each K, then its no-head drafter), then the upstream family's static and K, each its own category
     shown = pd.concat([df, ctl], ignore_index=True)
@@ -157,31 +160,40 @@ def plot_speculative(runs: pd.DataFrame, drafter: str = "mrp"):
     ax.set_xticks(range(len(settings)), settings, rotation=30, ha="right")
     ax.set_ylabel("tokens per denoising forward")
     ax.set_title(f"TPF per prompt (drafter {drafter}" + (f"; {_NO_HEAD} beside it)" if len(ctl) else ")"))
-    ax = axes[1]
+    # right: one panel per benchmark (each benchmark's rounds apart, never one line over another's), a colour per
+    # drafter family (not the left panel's benchmark colours) and a marker per K
     def rows(b, a, k, dr):
         t = spec if dr == drafter else ctl
         return t[(t["benchmark"] == b) & (t["algorithm"] == a) & (t["K"] == k)]
 
-    series = [(b, a, k, dr) for b in benches for a in ("ours", "upstream") for k in Ks
-              for dr in (drafter, CONTROL_DRAFTER) if len(rows(b, a, k, dr))]  # fmt: skip
-    main = [x for x in series if x[3] == drafter]
-    cols = dict(zip([x[:3] for x in main], _colors(len(main)), strict=True))
-    for b, a, k, dr in series:
-        h = rows(b, a, k, dr)
-        lengths = np.array([int(j) for x in h["accept_lengths"].fillna("") for j in str(x).split()])
-        if lengths.size == 0:
-            raise ValueError(f"{what}: no accepted-length records for {b} K={int(k)} (accept_lengths empty)")
-        vals = np.arange(0, int(k) + 1)
-        prob = np.array([(lengths == v).mean() for v in vals])
-        ctl_style = dict(ls="--", marker="x", mfc="none") if dr != drafter else dict(marker="o")
-        ax.plot(vals, prob, color=cols.get((b, a, k), "0.5"), label=f"{b} {_setting_label('speculative', k, a, dr)}",
-                **ctl_style)  # fmt: skip
-    ax.set_xlabel("drafts accepted per round")
-    ax.set_ylabel("share of rounds")
-    ax.set_title("acceptance length (the two families count\nacceptance differently: docs/upstream.md)", fontsize=9)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    nest_coincident_markers(ax)  # two drafters' shares can coincide (both 0 at a length): nested, never hidden
+    family_style = {("ours", drafter): dict(color="black", ls="-"),
+                    ("ours", CONTROL_DRAFTER): dict(color="0.55", ls="--"),
+                    ("upstream", drafter): dict(color="tab:purple", ls=":")}  # fmt: skip
+    k_marker = dict(zip(Ks, ("o", "s", "D", "^", "v", "P"), strict=False))
+    for b, ax in zip(benches, axes[1:], strict=True):
+        for a in ("ours", "upstream"):
+            for k in Ks:
+                for dr in (drafter, CONTROL_DRAFTER):
+                    h = rows(b, a, k, dr)
+                    if h.empty:
+                        continue
+                    lengths = np.array([int(j) for x in h["accept_lengths"].fillna("") for j in str(x).split()])
+                    if lengths.size == 0:
+                        raise ValueError(f"{what}: no accepted-length records for {b} K={int(k)} "
+                                         "(accept_lengths empty)")  # fmt: skip
+                    vals = np.arange(0, int(k) + 1)
+                    prob = np.array([(lengths == v).mean() for v in vals])
+                    st = family_style.get((a, dr), dict(color="0.3", ls="-."))
+                    ax.plot(vals, prob, marker=k_marker.get(k, "o"), mfc="none" if dr != drafter else st["color"],
+                            label=_setting_label("speculative", k, a, dr), **st)  # fmt: skip
+        ax.set_xlabel("drafts accepted per round")
+        ax.set_ylabel("share of rounds")
+        ax.set_title(f"{b}: acceptance length", fontsize=9)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[-1].legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                    title="the two families count\nacceptance differently:\ndocs/upstream.md", title_fontsize=7)
+    for ax in axes[1:]:  # after the legend: its keys keep each series' own marker
+        nest_coincident_markers(ax)  # two drafters' shares can coincide (both 0 at a length): nested, never hidden
     fig.tight_layout()
     _legend_under_ticks(axes[0], ncol=2)
     return fig
@@ -194,10 +206,6 @@ def at_batch(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     if len(sizes) != 1:
         raise ValueError(f"at_batch: the runs hold batch sizes {sizes}; build one table per batch size")
     return table.assign(batch_size=sizes[0])
-
-
-#: the legend entry of a wall-clock number whose clock gate (report.wallclock) did not pass
-GATED_LABEL = "× clock gate not passed (clock_gate: unchecked or failed)"
 
 
 #: at most this many batch-size panels a row in plot_speedup; more wrap into further rows
@@ -275,14 +283,14 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
     the batch size of its runs in column batch_size (plots.at_batch); a table may hold several. `controls`
     (speedup_controls: the no-head drafter at every K, naive MTP at the direct steps) adds each no-MRP control as a
     hatched bar series of its own beside MRP's, in every panel of its batch size. A table with column clock_gate
-    (report.wallclock.mark_clock) has each bar whose gate is not in schema.CLOCK_TRUSTED marked with a red ×."""
+    (report.wallclock.mark_clock) has each bar whose gate did not pass marked (plots_base.mark_clock_gates: × a
+    check failed, ○ unchecked)."""
     what = "plot_speedup"
     cols = ["benchmark", "batch_size", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup", "paper_model"]  # fmt: skip
     if "batch_size" not in speculative or (direct is not None and "batch_size" not in direct):
         raise KeyError(f"{what}: a table without column batch_size; tag it with plots.at_batch(table, runs)")
     _need(speculative, cols + ["K"], what)
-    from mrp_repro.measure.schema import CLOCK_TRUSTED
     from mrp_repro.report.paper import PAPER_SPECULATIVE_K
 
     # the paper's speculative table is the released code's K = 3, one prompt at a time (its latency regime): its
@@ -342,11 +350,8 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
                 ax.scatter(x[has], g["paper_throughput_speedup"].to_numpy()[has], marker="D", color="black", zorder=3,
                            s=22, label=f"paper ({models[0]})")  # fmt: skip
             if "clock_gate" in g:  # a number whose clock gate did not pass is drawn, marked, never silently
-                gated = (g["clock_gate"].notna() & ~g["clock_gate"].isin(CLOCK_TRUSTED)).to_numpy()
                 top = (g["throughput_speedup_hi"].fillna(g["throughput_speedup"])).to_numpy()
-                if gated.any():
-                    ax.scatter(x[gated], top[gated] * 1.04, marker="x", color="crimson", s=30, zorder=4,
-                               label=GATED_LABEL)  # fmt: skip
+                mark_clock_gates(ax, x, top * 1.04, g["clock_gate"], zorder=4)
         ax.axhline(1.0, color="0.4", lw=1, ls=":")
         ax.set_xticks(np.arange(len(benches)), benches)
         ax.set_title(f"batch {bs} ({'one prompt at a time' if bs == 1 else f'{bs} prompts per batch'})", fontsize=10)

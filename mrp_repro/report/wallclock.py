@@ -53,8 +53,8 @@ import pandas as pd
 from mrp_repro.measure import stats
 
 __all__ = ["PASSES", "CEILING_SLACK", "REPEAT_TOL", "SPEED_CLAIMS", "CHECK_COLUMNS", "RECORD_ORDER", "RECORD_COLUMNS",
-           "WALL_COLUMNS", "speed_settings", "repeated_passes", "pass_decodes", "pass_speedups", "pass_values",
-           "repeatable", "checks_table", "gate", "record_table", "record_of", "mark_clock",
+           "WALL_COLUMNS", "speed_settings", "pass_prompts", "repeated_passes", "pass_decodes", "pass_speedups",
+           "pass_values", "repeatable", "checks_table", "gate", "record_table", "record_of", "mark_clock",
            "with_weighted_forwards"]  # fmt: skip
 
 #: interleaved passes per setting (the range of 5 is a 94% interval for the median pass)
@@ -121,7 +121,7 @@ def _columns(mode, pol) -> dict:
 # ----------------------------------------------------------------------------- repeated interleaved passes
 
 
-def _pass_prompts(profile, batch_size: int) -> int:
+def pass_prompts(profile, batch_size: int) -> int:
     """Prompts per benchmark of the passes at `batch_size`: PASS_PROMPTS_BATCH1 at batch 1, PASS_BATCHES batches
     otherwise, and never more than a quarter of the grid's prompts (evaluation.n_prompts; smoke: 1)."""
     want = PASS_PROMPTS_BATCH1 if batch_size == 1 else PASS_BATCHES * batch_size
@@ -131,7 +131,7 @@ def _pass_prompts(profile, batch_size: int) -> int:
 def repeated_passes(profile, backbone, head, batch_sizes=None, passes: int = PASSES, benchmarks=None,
                     n_prompts: int | None = None, max_new_tokens: int | None = None) -> pd.DataFrame:  # fmt: skip
     """Wall seconds of every speed setting (speed_settings) in `passes` interleaved passes, per benchmark and batch
-    size (default 1 and the decoding batch): each pass decodes the same prompts (_pass_prompts) with every setting
+    size (default 1 and the decoding batch): each pass decodes the same prompts (pass_prompts) with every setting
     once, the order rotated by one each pass, so a slow stretch of the machine hits a different setting each time
     (n_prompts, max_new_tokens: smaller, for tests). One row per (benchmark, batch_size, setting, repeat), `slot`
     its place in the pass."""
@@ -143,7 +143,7 @@ def repeated_passes(profile, backbone, head, batch_sizes=None, passes: int = PAS
     rows = []
     for bs in sizes:
         settings = speed_settings(profile, head, bs)
-        n = n_prompts or _pass_prompts(profile, bs)
+        n = n_prompts or pass_prompts(profile, bs)
         for bench in benchmarks or profile.evaluation.benchmarks:
             prompts = encode_prompts(backbone, eval_problems(profile, bench, n))[:n]
             order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))  # as the grid: less padding
@@ -171,7 +171,7 @@ def pass_decodes(profile, head, passes: int = PASSES) -> dict:
     bs = int(profile.decoding.batch_size)
     n_bench = len(profile.evaluation.benchmarks)
     n_eval = profile.evaluation.n_prompts or 200
-    extra = sum(passes * len(speed_settings(profile, head, b)) * -(-_pass_prompts(profile, b) // b)
+    extra = sum(passes * len(speed_settings(profile, head, b)) * -(-pass_prompts(profile, b) // b)
                 for b in sorted({1, bs})) * n_bench  # fmt: skip
     spec = len(settings_for(profile, head, ("static", "speculative"))) * min(LATENCY_PROMPTS, n_eval)
     modes = len(settings_for(profile, head)) * -(-n_eval // bs)
