@@ -329,6 +329,11 @@ class DecodingConfig:
     frontier_max_gap: float = _in(0, lo_open=True, default=10.0)
     frontier_min_step: float = _in(0, 1, lo_open=True, default=0.01)
     frontier_refine_rounds: int = _in(0, 16, default=4)
+    # S2D2-style self-speculation, a peer (issue 37, decoding.peers_s2d2): the confidence thresholds τ it decodes at
+    # (a step that does not verify reveals as dynamic(τ)), in the peers grid, where the backbone has an autoregressive
+    # mode to verify with (trained with block-size-1 steps: the SDAR profiles; S2D2's SDAR runs: 0.85). Empty: not
+    # decoded (chain16, tiny: never trained at block 1, a poor AR mode: scripts/ar_mode_probe.py).
+    s2d2_thresholds: tuple[float, ...] = _in(0, 1, lo_open=True, hi_open=True, default=())
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ A Method (frozen):
 
 The declarations below reproduce today's grids: the settings of the methods with "modes_runs" in `runs` are
 measure.runs.settings_for(profile, head) and those with "controls_runs" report.grids.control_settings(profile, head)
-(tests/test_methods.py checks both, setting for setting); the peers add spiffy, spiffy-dynamic and wino, and name
-the no-head drafter speculative(K, naive) as the SSD / FreeDave chain. peers_runs (report.peers) is decoded from
+(tests/test_methods.py checks both, setting for setting); the peers add spiffy, spiffy-dynamic, wino and s2d2 (where
+decoding.s2d2_thresholds declares an AR mode), and name the no-head drafter speculative(K, naive) as the SSD / FreeDave chain. peers_runs (report.peers) is decoded from
 this registry: every method with "peers_runs" in `runs` (the peers, and static, dynamic, MRP speculative and
 remasking beside them, with the SSD / FreeDave chain), each lossless method's reference, and PeerStatic, the peer
 family's static(1) (measure.runs.collect_runs takes one static per algorithm as its identical_to_static reference).
@@ -366,6 +366,19 @@ def _wino_grid(profile, head):
     return [dict(tau1=t, tau2=WINO_TAU2) for t in remask_taus(profile)]
 
 
+def _s2d2_build(head, tau, score_cost):
+    from mrp_repro.decoding.peers_s2d2 import S2D2
+
+    return S2D2(tau, score_cost)
+
+
+def _s2d2_grid(profile, head):
+    """S2D2 at every decoding.s2d2_thresholds τ (empty: the profile declares no AR mode to verify with), routed with
+    S2D2's SDAR cost for the block size: c = 1 at block 4 or less, c = 0 (every step verifies) above (their block 16)."""
+    c = 1.0 if profile.block_size <= 4 else 0.0
+    return [dict(tau=t, score_cost=c) for t in profile.decoding.s2d2_thresholds]
+
+
 # -- the declarations ---------------------------------------------------------------------------------
 def _declare() -> None:
     from mrp_repro.decoding.mrp_modes import Direct, NaiveLookahead
@@ -430,6 +443,8 @@ def _declare() -> None:
              ("dynamic",), prepare=_spiffy_prepare(True), cite="Spiffy arXiv 2509.18085"))  # fmt: skip
     R(Method("wino", "peer", "remask", _wino_build, _wino_grid, "WINO revocation", controls=("dynamic", "remask"),
              cite="WINO arXiv 2507.18578"))  # fmt: skip
+    R(Method("s2d2", "peer", "dynamic", _s2d2_build, _s2d2_grid, "S2D2 self-speculation (AR-mode verify)",
+             controls=("dynamic",), cite="S2D2 arXiv 2603.25702"))  # fmt: skip
     # beyond the peers: MRP's drafts as a tree, at the draft graphs' verify rows
     R(Method("speculative-mrp-tree", "ours", "speculative", _tree_build, _tree_grid, "MRP draft tree", STATIC1,
              ("speculative-mrp", "spiffy", "speculative-naive"), runs=peers,

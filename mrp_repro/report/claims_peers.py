@@ -15,8 +15,8 @@ charges of peers.md's charged_tpf).
   ratio's CI above 1 against every one of them (so against the best; no correction needed for an all-of test); does
   not hold: below 1 against one; a drafter whose outputs are not static(1)'s is left out and named.
 - remask: per benchmark, the accuracy margin (points) of remask(0.5, tau) (the paper's τ and rule) over the
-  training-free frontier at its charged TPF: static(1), every dynamic(τ) and every WINO(τ1, τ2) of the grid, the
-  Pareto points joined (report.pareto.frontier); paired bootstrap (each replicate resamples prompts and recomputes
+  training-free frontier at its charged TPF: static(1), every dynamic(τ), every WINO(τ1, τ2) and every S2D2(τ) of the
+  grid (S2D2 where the profile declares an AR mode: the SDAR profiles), the Pareto points joined (report.pareto.frontier); paired bootstrap (each replicate resamples prompts and recomputes
   every point and the frontier). Not measurable beyond the frontier's fastest point or on a segment wider than
   decoding.frontier_max_gap points (the frontier is a guess there).
 """
@@ -38,7 +38,7 @@ __all__ = ["speculative", "remask", "charged", "costs_at", "SPEC_PEERS", "FREE_M
 #: the training-free drafters lossless against static(1), compared at MRP's verify rows (their K / D = MRP's K)
 SPEC_PEERS = ("speculative-naive", "spiffy")
 #: the training-free methods whose points make the remasking claim's frontier (and static(1) beside them)
-FREE_METHODS = ("static", "dynamic", "wino")
+FREE_METHODS = ("static", "dynamic", "wino", "s2d2")
 #: the paper's remasking τ and rule
 REMASK_TAU, REMASK_RULE = 0.5, "tau"
 

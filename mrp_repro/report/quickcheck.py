@@ -155,7 +155,8 @@ def block_calls(mode: str, pol, L: int, fused: bool) -> tuple[list[tuple[int, in
     The peers (their policies' algorithm "peer", on our engine): a draft graph (Spiffy, and the SSD / FreeDave
     chain) verifies its K = D candidate states a round as the chain does, with no head call; the MRP draft tree one
     head step fewer a round than the chain at K = D (its runner-up row replaces the last draft); WINO a wide call
-    per denoising forward and no head call."""
+    per denoising forward and no head call; S2D2 (mode dynamic) a draft forward and, at its worst (c = 0: every step),
+    a verify call of two blocks' rows (the drafted block and its [MASK] rows) per token."""
     algo, K = getattr(pol, "algorithm", "ours"), getattr(pol, "K", 0)
     commit = [] if fused and algo in ("ours", "peer") else [(0, 1)]  # fuse_commit: the next block's first forward
     if mode == "speculative" and algo == "upstream":  # seed, then per round K - 1 head calls and a verify of K + 1
@@ -167,6 +168,8 @@ def block_calls(mode: str, pol, L: int, fused: bool) -> tuple[list[tuple[int, in
         return [(0, 1)] + verifies + commit, drafts
     if mode == "remask" and algo == "peer":  # WINO: every denoising forward carries the shadow block
         return [(WIDE, L)] + commit, 0
+    if mode == "dynamic" and algo == "peer":  # S2D2: each step's draft forward, then its AR-mode verify (2L rows)
+        return [(0, L), (WIDE, L)] + commit, 0
     per = {"naive": getattr(pol, "k", 1), "direct": getattr(pol, "steps", 0) + 1, "static": getattr(pol, "k", 1)}
     n = math.ceil(L / per.get(mode, 1))
     return [(0, n)] + commit, {"direct": getattr(pol, "steps", 0) * n, "remask": n}.get(mode, 0)
