@@ -175,13 +175,12 @@ def auto_nproc() -> int:
 
 def stage_launches(profile, param: str) -> list[tuple[str, list[str], str]]:
     """(module, its arguments, its log's name) of each stage heavy_stages launches after the backbone, in order."""
-    from mrp_repro import published
-    from mrp_repro.released import trains_head
+    from mrp_repro.stages import why_no_trajectories
 
     launches = []
     # a released head alone (mrp.pretrained) trains nothing, and the published head that applies is not retrained:
     # neither reads trajectories (notebook 02 says so: stages.trajectories_summary)
-    if trains_head(profile) and not published.head_applies(profile):
+    if why_no_trajectories(profile) is None:
         launches += [("mrp_repro.stages", ["trajectories", "--profile", param, "--source", s], "trajectories")
                      for s in profile.trajectories.sources]  # fmt: skip
         launches.append(("mrp_repro.stages", ["head", "--profile", param], "head"))

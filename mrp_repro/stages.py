@@ -281,6 +281,20 @@ def trajectories(profile: Profile, bb: Backbone, source: str | None = None, prog
         return _trajectories(profile, bb, source, out, progress)
 
 
+def why_no_trajectories(profile: Profile) -> str | None:
+    """Why this run collects no trajectories (it trains no head on them), or None when it does: a released head
+    alone (mrp.pretrained) or the published head that applies (published.head_applies) reads none. The one rule
+    that notebook 02 (trajectories_summary) and make reproduce's stages (reproduce.stage_launches) both read."""
+    from mrp_repro.released import trains_head
+
+    if not trains_head(profile):
+        return "not collected: mrp.pretrained, nothing trained (mrp_training.beside_pretrained: false)"
+    if published.head_applies(profile):
+        return (f"not collected: the published head (artifacts/{profile.name}/head) applies and reads none; "
+                f"{FROM_SCRATCH_ENV}=1 retrains it from a new collection")  # fmt: skip
+    return None
+
+
 def trajectories_summary(profile: Profile, bb: Backbone) -> pd.DataFrame:
     """Notebook 02's table, one row per trajectories.sources entry (source, rows, shards, artifact): collected (or
     reused) only when this run trains a head on them; a released head (mrp.pretrained) or the published head that
@@ -288,15 +302,10 @@ def trajectories_summary(profile: Profile, bb: Backbone) -> pd.DataFrame:
     `make reproduce`)."""
     import pandas as pd
 
-    from mrp_repro.released import trains_head
     from mrp_repro.runtime import runs_root
 
-    if not trains_head(profile):
-        why = "not collected: mrp.pretrained, nothing trained (mrp_training.beside_pretrained: false)"
-    elif published.head_applies(profile):
-        why = (f"not collected: the published head (artifacts/{profile.name}/head) applies and reads none; "
-               f"{FROM_SCRATCH_ENV}=1 retrains it from a new collection")  # fmt: skip
-    else:
+    why = why_no_trajectories(profile)
+    if why is None:
         rows = []
         for src in profile.trajectories.sources:
             out = trajectories(profile, bb, src)
