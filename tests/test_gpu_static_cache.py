@@ -91,6 +91,7 @@ def _double(x):
     return x * 2
 
 
+@pytest.mark.slow  # a compile with a recompile limit: a regression of make test-slow's order, checked there
 def test_graph_inputs_traces_a_function_an_earlier_compile_exhausted():
     """dynamo's state lives on the code object: an earlier compile of the same function (another model, another test)
     that hit the recompile limit leaves the code marked to run eagerly, and a fullgraph trace of it then found 'no
