@@ -19,7 +19,6 @@ repeated_passes' own: batch size, then benchmark) once every unit is there, and 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -27,7 +26,6 @@ from pathlib import Path
 import pandas as pd
 
 from mrp_repro import distributed
-from mrp_repro.config import DEFAULT_PROFILE
 from mrp_repro.report import paper, wallclock
 
 __all__ = ["RESULT", "units", "unit_key", "units_dir", "time_units", "merge_units", "collect", "main"]
@@ -114,27 +112,10 @@ def collect(profile, backbone, head, progress: bool = False) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default=DEFAULT_PROFILE)
-    ap.add_argument("--nproc", type=int, default=1, help="launch this many local ranks through torchrun")
-    ap.add_argument("--no-progress", action="store_true")
-    a = ap.parse_args(argv)
-    from mrp_repro import stages
-    from mrp_repro.config import load_profile
-    from mrp_repro.runtime import runs_root, seed_everything
+    from mrp_repro.report import stage_cli
 
-    profile = load_profile(a.profile)
-    if a.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: launch it
-        args = ["--profile", a.profile] + (["--no-progress"] if a.no_progress else [])
-        distributed.launch("mrp_repro.report.passes", args, a.nproc, runs_root() / profile.name / "logs" / "passes")
-        return
-    d = distributed.init()
-    seed_everything(profile.seed)
-    bb = stages.shared_backbone(profile, progress=not a.no_progress)
-    head = stages.head(profile, bb)
-    df = collect(profile, bb, head, progress=not a.no_progress)
-    if d.is_main:
-        print(f"{RESULT}: {len(df)} rows -> {paper.result_path(profile, RESULT)}", flush=True)
+    stage_cli.run("mrp_repro.report.passes", __doc__, argv, lambda profile, bb, head, progress:
+                  f"{RESULT}: {len(collect(profile, bb, head, progress))} rows -> {paper.result_path(profile, RESULT)}")
 
 
 if __name__ == "__main__":

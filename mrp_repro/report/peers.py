@@ -492,30 +492,10 @@ def run(profile, backbone, head, n_prompts: int | None = None, out=None, progres
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-    import os
+    from mrp_repro.report import stage_cli
 
-    from mrp_repro import distributed, stages
-    from mrp_repro.config import DEFAULT_PROFILE, load_profile
-    from mrp_repro.runtime import runs_root, seed_everything
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profile", default=DEFAULT_PROFILE)
-    ap.add_argument("--nproc", type=int, default=1, help="launch this many local ranks through torchrun")
-    ap.add_argument("--no-progress", action="store_true")
-    a = ap.parse_args(argv)
-    profile = load_profile(a.profile)
-    if a.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: launch it
-        args = ["--profile", a.profile] + (["--no-progress"] if a.no_progress else [])
-        distributed.launch("mrp_repro.report.peers", args, a.nproc, runs_root() / profile.name / "logs" / "peers")
-        return
-    d = distributed.init()
-    seed_everything(profile.seed)
-    bb = stages.shared_backbone(profile, progress=not a.no_progress)
-    head = stages.head(profile, bb)
-    df = peer_runs(profile, bb, head, progress=not a.no_progress)
-    if d.is_main:
-        print(f"{GRID}: {len(df)} rows", flush=True)
+    stage_cli.run("mrp_repro.report.peers", __doc__, argv, lambda profile, bb, head, progress:
+                  f"{GRID}: {len(peer_runs(profile, bb, head, progress=progress))} rows")  # fmt: skip
 
 
 if __name__ == "__main__":
