@@ -1,7 +1,7 @@
 # mrp-repro: the two commands are `make reproduce` and `make test`.
 #   make reproduce                   # PROFILE=chain16 (the issue-34 stand-in, block 16); CPU, 2 cores
 #   make reproduce PROFILE=tiny      # the earlier stand-in (block 8), kept for its committed figures and fast tests
-#   make test PYTEST_ARGS="-x"           # the suite less the slow tests (<= 12 min on 2 cores)
+#   make test PYTEST_ARGS="-x"           # the suite less the slow tests, on 2 workers (<= 12 min on 2 cores)
 #   make test-portable                   # numerics-sensitive tests under each CPU capability emulated here
 #   make test-slow                       # the slow tests (CI runs them once, after test-portable)
 #   make test-random SEED=1234           # the suite in a random order (pytest-randomly; the seed is printed)
@@ -27,7 +27,7 @@ KERNEL := mrp-repro
 
 help:
 	@echo "make setup       create $(VENV), install pinned deps, register Jupyter kernel '$(KERNEL)'"
-	@echo "make test        setup, then pytest less the slow tests (PYTEST_ARGS=... passes through)"
+	@echo "make test        setup, then pytest less the slow tests on TEST_WORKERS=2 workers (PYTEST_ARGS=... passes through)"
 	@echo "make test-portable  the numerics-sensitive tests under each emulated CPU capability ($(PORTABLE_CAPS))"
 	@echo "make test-slow   the tests marked slow (CI runs them once)"
 	@echo "make test-random the suite in a random order; SEED=N repeats one (the seed is printed at the top)"
@@ -60,8 +60,11 @@ $(STAMP): pyproject.toml | $(VPY)
 	$(VPY) -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "mrp-repro (.venv)"
 	@touch $@
 
+# Two pytest workers (pytest-xdist), a test file each at a time (--dist loadfile: a file's module fixtures, such as
+# the smoke notebooks' run directory, are built once): the suite ran on one core of two (15-19 min; 9 min 23 s on 2).
+TEST_WORKERS ?= 2
 test: setup
-	$(VPY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-slow: setup
 	$(VPY) -m pytest -q -m slow $(PYTEST_ARGS)
