@@ -11,10 +11,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import PathCollection  # noqa: E402
+from matplotlib.text import Annotation  # noqa: E402
 from runs_helpers import LOOKAHEAD_K, SPEC_K, synthetic_adjacent, synthetic_runs  # noqa: E402
 
 from mrp_repro.measure.adjacent import RANDOM_BASELINE, SUBSET, TRAINED  # noqa: E402
-from mrp_repro.report import paper, plots, plots_remask, tables  # noqa: E402
+from mrp_repro.report import paper, plots, plots_base, plots_remask, tables  # noqa: E402
 
 N = 12
 BENCHES = ["synth-math", "synth-code"]
@@ -116,7 +117,7 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
     pts = {c.get_label(): len(c.get_offsets()) for c in _scatters(left)}
     # per benchmark: one point per prompt for static and for each K; one ceiling mark per K
     assert pts == {**{b: N * (1 + len(SPEC_K)) for b in BENCHES},
-                   **{f"{b} oracle ceiling (mean TPF)": len(SPEC_K) for b in BENCHES}}  # fmt: skip
+                   **{f"{b} oracle ceiling (mean TPF, over its K column)": len(SPEC_K) for b in BENCHES}}  # fmt: skip
     assert [t.get_text() for t in left.get_xticklabels()] == ["static"] + [f"K={k}" for k in SPEC_K]
     assert set(_legend(left)) == set(pts)
     # the ceiling is drawn above the per-prompt points at every K (at K = 3 they share its level), beside them
@@ -125,6 +126,13 @@ def test_speculative_figure_every_k_and_the_oracle_ceiling(tmp_path, runs):
         if "ceiling" in c.get_label():
             assert c.get_zorder() > points and len(c.get_offsets()) == len(SPEC_K)
     assert len(left.collections[-1].get_offsets()) == len(SPEC_K)  # the last drawn: a ceiling, not points
+    # each ceiling marker over its own benchmark's K column: inside the x span of that benchmark's points there
+    for b in BENCHES:
+        (pts_b,) = [c.get_offsets() for c in _scatters(left) if c.get_label() == b]
+        (ceil,) = [c.get_offsets() for c in _scatters(left) if c.get_label().startswith(f"{b} oracle ceiling")]
+        for k, (cx, _) in zip(SPEC_K, np.asarray(ceil), strict=True):
+            col = np.asarray(pts_b)[np.abs(np.asarray(pts_b)[:, 0] - cx) < 0.5][:, 0]
+            assert len(col) and col.min() <= cx <= col.max(), (b, k, cx)
     want = {f"K={k}" for k in SPEC_K}
     assert {ln.get_label() for ln in _lines(right)} == want and set(_legend(right)) == want
     assert len(fig.axes) == 1 + len(BENCHES)
@@ -591,6 +599,20 @@ def test_speedup_figure_draws_each_control_beside_mrp(tmp_path):
     fig = plots.plot_speedup(spec.assign(clock_gate="passed"), None, gated)
     marks = [c for ax in fig.axes for c in ax.collections if c.get_label() == plots.GATE_UNCHECKED_LABEL]
     assert sum(len(c.get_offsets()) for c in marks) == len(gated[gated["batch_size"].isin([1, 32])])
+    # a failed gate's × sits above the paper's ◆ of its bar (under it, it hid half the ◆)
+    both = synthetic_runs(n=N, algorithms=("ours", "upstream"), batch_size=1)  # upstream K = 3: the paper's ◆
+    both_spec = plots.at_batch(paper.speculative_table(both, n_boot=10), both)
+    both_spec["paper_throughput_speedup"] += both_spec["throughput_speedup_hi"]  # the ◆ above the bar's CI
+    fig = plots.plot_speedup(both_spec.assign(clock_gate="failed: passes disagree"))
+    checked = 0
+    for ax in fig.axes:
+        paper_pts = [c.get_offsets() for c in ax.collections if c.get_label().startswith("paper (")]
+        crosses = [c.get_offsets() for c in ax.collections if c.get_label() == plots.GATE_FAILED_LABEL]
+        for px, py in (p for pts in paper_pts for p in np.asarray(pts)):
+            above = [y for cs in crosses for x, y in np.asarray(cs) if abs(x - px) < 1e-9]
+            assert len(above) == 1 and above[0] > py, (px, py, above)
+            checked += 1
+    assert checked > 0
 
 
 def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_path, runs):
@@ -617,6 +639,51 @@ def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_p
     assert plots.hidden_markers(f) == [("a", "b")]
     plots.nest_coincident_markers(ax)
     assert plots.hidden_markers(f) == []
+    matplotlib.pyplot.close(f)
+
+
+def test_nesting_hollows_only_the_covered_point_and_the_remasking_series_sit_apart(runs):
+    """nest_coincident_markers hollows the one marker that sits on an earlier one (an overlay at that point), not the
+    whole series: elsewhere it keeps its filled markers (hollowing a whole series made two of our rules look like a
+    hollow-marker peer in peers.png). plot_remasking draws each series off its τ (dodge_offsets), so the rules that
+    equal dynamic at τ = 0.9 sit side by side rather than growing one ring per series; each panel has its own y."""
+    f, ax = matplotlib.pyplot.subplots()
+    ax.plot([1, 2, 3], [3, 4, 5], "o-", label="a")
+    (b,) = ax.plot([2, 3, 4], [4, 6, 7], "s-", label="b")
+    plots.nest_coincident_markers(ax)
+    plots.nest_coincident_markers(ax)  # a second call adds nothing
+    assert str(b.get_markerfacecolor()) != "none" and list(b.get_markevery()) == [False, True, True]
+    over = [ln for ln in ax.get_lines() if ln.get_label().startswith(plots_base.NESTED_PREFIX)]
+    assert len(over) == 1 and list(over[0].get_xdata()) == [2] and str(over[0].get_markerfacecolor()) == "none"
+    assert over[0].get_markersize() > b.get_markersize() and plots.hidden_markers(f) == []
+    matplotlib.pyplot.close(f)
+
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=10)
+    fig = plots.plot_remasking(t, runs, controls=_controls_runs(runs), n_boot=10)
+    taus = np.array(sorted(t["threshold"].unique()), float)
+    for ax in fig.axes:
+        xs = [ln.get_xdata() for ln in ax.get_lines() if ln.get_marker() not in ("", "None", "_", "|")
+              and "paper" not in ln.get_label()]  # fmt: skip
+        offsets = {round(float(x[0]) - taus[np.abs(taus - float(x[0])).argmin()], 9) for x in xs if len(x)}
+        assert len(offsets) == len(xs) > 3, "two series share an x offset"
+        assert max(abs(o) for o in offsets) <= 0.3 * np.diff(taus).min() + 1e-9  # within ±0.3 of the τ step
+        nested = [ln.get_label() for ln in ax.get_lines() if ln.get_label().startswith(plots_base.NESTED_PREFIX)]
+        assert all("paper" in x for x in nested), nested  # only the paper's two series meet (at τ = 0.9)
+    assert fig.axes[0].get_shared_y_axes().get_siblings(fig.axes[0]) == [fig.axes[0]]
+    matplotlib.pyplot.close(fig)
+
+
+def test_crowded_labels_are_thinned_until_none_overlaps():
+    """drop_overlapping_labels: of labels printed at nearly one point (matched_speed's τ = 0.15 ... 0.35), the first
+    stays and the ones over it go; labels apart all stay."""
+    f, ax = matplotlib.pyplot.subplots()
+    for i in range(5):
+        ax.annotate(f"τ={0.15 + 0.05 * i:g}", (1.0 + 0.001 * i, 1.0))
+    ax.annotate("far", (0.0, 0.0))
+    ax.set_xlim(-1, 2), ax.set_ylim(-1, 2)
+    assert plots_base.drop_overlapping_labels(ax) == 4
+    texts = [c.get_text() for c in ax.get_children() if isinstance(c, Annotation)]
+    assert texts == ["τ=0.15", "far"]
     matplotlib.pyplot.close(f)
 
 

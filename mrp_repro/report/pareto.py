@@ -342,7 +342,12 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     marks its bars."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots_base import mark_clock_gates, nest_coincident_markers, set_theme
+    from mrp_repro.report.plots_base import (
+        drop_overlapping_labels,
+        mark_clock_gates,
+        nest_coincident_markers,
+        set_theme,
+    )
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
@@ -419,4 +424,6 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    for ax in fig.axes:  # after the layout: τ labels of the frontier's crowded fast end printed over each other
+        drop_overlapping_labels(ax)
     return fig

@@ -367,7 +367,8 @@ def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
     methods that trade accuracy for speed, and static(1) as the anchor; one marker and colour per series: a method
     (its declared series and family), or a method and rule where the method's settings hold several rules (MRP
     remasking's rules are separate curves, never one line through all of them), its settings joined in x order; a
-    point on an earlier method's is drawn hollow and larger (plots_base.nest_coincident_markers).
+    marker on an earlier method's point is drawn hollow and larger, at that point only
+    (plots_base.nest_coincident_markers).
     Bottom: the lossless methods (a declared reference): their accuracy is their reference's by token identity, so
     on the top row they would sit in one cluster at their reference's accuracy, hiding each other (the chain and
     Spiffy's graph at D = K coincide by construction). Each setting is its own bar of `x` (log scale), in the
@@ -440,7 +441,7 @@ def _lossless_bars(ax, g: pd.DataFrame, lossless: set, colors: dict, label, x: s
             ax.text(right * 1.06, y, "not identical to its reference: no speed", va="center", fontsize=7, color="C3")
         if math.isfinite(ref):
             ax.plot([ref, ref], [y - 0.42, y + 0.42], color="black", lw=1.6, marker="",
-                    label="the setting's reference (black tick on its bar)")  # fmt: skip
+                    label="black tick: its reference's tokens per charged forward")  # fmt: skip
     ax.axvline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
     finite = [v for v in [*bars[x].dropna(), *(at.get(r, math.nan) for r in bars["reference"])] if math.isfinite(v)]

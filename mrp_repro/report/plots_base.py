@@ -27,7 +27,7 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
            "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL", "mark_clock_gates",
-           "hidden_markers"]  # fmt: skip
+           "hidden_markers", "drop_overlapping_labels", "NESTED_PREFIX"]  # fmt: skip
 
 
 PALETTE = "colorblind"
@@ -135,32 +135,85 @@ def _marker_lines(ax) -> list:
 
 
 def _points(ln) -> np.ndarray:
+    """The finite (x, y) points where `ln` draws a marker (its markevery mask applied)."""
     x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
-    xy = np.stack([x, y], 1) if x.size == y.size else np.zeros((0, 2))
+    if x.size != y.size:
+        return np.zeros((0, 2))
+    xy = np.stack([x, y], 1)
+    every = ln.get_markevery()
+    if every is not None and np.ndim(every) == 1 and len(every) == len(xy) and np.asarray(every).dtype == bool:
+        xy = xy[np.asarray(every, bool)]
     return xy[np.isfinite(xy).all(1)]
+
+
+def _coincide(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """Per point of a: whether some point of b is the same point (within tol, relative to the values' scale)."""
+    if not len(a) or not len(b):
+        return np.zeros(len(a), bool)
+    d = np.abs(a[:, None, :] - b[None, :, :]) <= tol * np.maximum(1.0, np.abs(a[:, None, :]))
+    return d.all(-1).any(1)
 
 
 def _shared(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> bool:
     """Whether some point of a and some point of b coincide (within tol, relative to the values' scale)."""
-    if not len(a) or not len(b):
-        return False
-    d = np.abs(a[:, None, :] - b[None, :, :]) <= tol * np.maximum(1.0, np.abs(a[:, None, :]))
-    return bool(d.all(-1).any())
+    return bool(_coincide(a, b, tol).any())
+
+
+#: the label prefix of the hollow markers nest_coincident_markers adds (never a legend entry)
+NESTED_PREFIX = "_nested: "
 
 
 def nest_coincident_markers(ax) -> None:
-    """Where a line's marker would sit on an earlier line's (same point), draw it hollow and larger than every
-    marker it covers, above them: the markers nest instead of hiding one another (plot_remasking: at τ = 0.9 every
-    series is dynamic's point)."""
+    """Where a line's marker would sit on an earlier line's (same point), draw that one marker hollow and larger
+    than every marker it covers, above them (an overlay line labelled NESTED_PREFIX + the series' label, the line's
+    own marker hidden there by markevery): the markers nest instead of hiding one another, and the series keeps its
+    own filled markers at every other point (hollowing a whole series made two of our rules look like a hollow-marker
+    peer in peers.png)."""
     drawn = []
     for ln in _marker_lines(ax):
-        under = [o for o in drawn if _shared(_points(o), _points(ln))]
-        if under:
-            ln.set_markerfacecolor("none")
-            ln.set_markeredgewidth(max(ln.get_markeredgewidth(), 1.5))
-            ln.set_markersize(max(ln.get_markersize(), max(o.get_markersize() for o in under) + 2.5))  # never shrunk
-            ln.set_zorder(max(ln.get_zorder(), *(o.get_zorder() for o in under)) + 0.1)
+        if ln.get_label().startswith(NESTED_PREFIX):
+            continue
+        x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
+        if x.size != y.size or not x.size:
+            drawn.append(ln)
+            continue
+        xy = np.stack([x, y], 1)
+        every = ln.get_markevery()  # a second call sees the first one's overlays, not the markers it hid
+        shown = (np.asarray(every, bool) if every is not None and np.ndim(every) == 1 and len(every) == len(xy)
+                 else np.ones(len(xy), bool)) & np.isfinite(xy).all(1)  # fmt: skip
+        under = [o for o in drawn if _coincide(xy[shown], _points(o)).any()]
+        covered = np.zeros(len(xy), bool)
+        for o in under:
+            covered |= _coincide(xy, _points(o))
+        covered &= shown
+        if covered.any():
+            size = max(ln.get_markersize(), *(o.get_markersize() for o in under))
+            ln.set_markevery(list(shown & ~covered))
+            (over,) = ax.plot(xy[covered, 0], xy[covered, 1], ls="none", marker=ln.get_marker(), mfc="none",
+                              mec=ln.get_markeredgecolor() if ln.get_markerfacecolor() == "none" else ln.get_color(),
+                              mew=max(ln.get_markeredgewidth(), 1.5), ms=size + 2.5,
+                              zorder=max(ln.get_zorder(), *(o.get_zorder() for o in under)) + 0.1,
+                              label=NESTED_PREFIX + ln.get_label())  # fmt: skip
+            drawn.append(over)
         drawn.append(ln)
+
+
+def drop_overlapping_labels(ax) -> int:
+    """Remove each of `ax`'s annotations whose drawn text overlaps one kept before it (in the order they were
+    added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). Call it after
+    the figure's layout is final. -> how many were removed."""
+    from matplotlib.text import Annotation
+
+    renderer = ax.figure.canvas.get_renderer()
+    kept, removed = [], 0
+    for t in [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]:
+        box = t.get_window_extent(renderer)
+        if any(box.overlaps(k) for k in kept):
+            t.remove()
+            removed += 1
+        else:
+            kept.append(box)
+    return removed
 
 
 def hidden_markers(fig) -> list[tuple[str, str]]:

@@ -29,7 +29,17 @@ from mrp_repro.report.plots_base import (
     set_theme,
 )
 
-__all__ = ["plot_remasking", "remasking_controls", "plot_trajectory"]
+__all__ = ["plot_remasking", "remasking_controls", "plot_trajectory", "dodge_offsets"]
+
+
+def dodge_offsets(keys: list, x) -> dict:
+    """key -> its x offset: the keys spread evenly, in order, over 0.6 of the smallest gap between the distinct x
+    values (so series at one τ sit side by side, never reaching the next τ's group). One key: offset 0."""
+    xs = np.unique(np.asarray(x, float)[np.isfinite(np.asarray(x, float))])
+    gap = float(np.diff(xs).min()) if len(xs) > 1 else 0.1
+    n = len(keys)
+    step = 0.6 * gap / max(n - 1, 1) if n > 1 else 0.0
+    return {k: (i - (n - 1) / 2) * step for i, k in enumerate(keys)}
 
 
 #: remasking rules: one colour (index into the colour-blind palette), marker and line style each; the baseline is
@@ -154,9 +164,11 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
     was built from), a second row: the TPF each series reaches, so a gain bought with fewer tokens per forward
     shows as such. With `controls` (controls_runs) and `runs`, the no-MRP remask controls as series of their own
     (the random veto, the head-free lowest-confidence veto: remasking_controls, n_boot / ci their CIs), beside the MRP
-    rules. Where a later series' point sits on an earlier one's (τ = 0.9: nothing is revoked, every series is
-    dynamic's), its markers are drawn hollow and larger (nest_coincident_markers), so no marker hides another. The
-    legend sits below the panels.
+    rules. Every measured series is drawn a little off its τ (dodge_offsets: at most ±0.3 of the τ grid's smallest
+    step, the same offset in every panel; the ticks are the τ it ran): where rules equal dynamic (τ = 0.9, where
+    nothing is revoked, or a whole benchmark) their markers sit side by side instead of on one another (nested
+    rings of a dozen series grew into blobs). Each panel has its own y axis (a benchmark near its ceiling is not
+    squeezed into another's range). The legend sits below the panels.
 
     table: paper.remasking_table(rule=None); one row per benchmark x algorithm x rule x δ x τ."""
     what = "plot_remasking"
@@ -181,8 +193,9 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
     set_theme()
     benches = list(dict.fromkeys(table["benchmark"]))
     nrows = 1 if tpf is None else 2
-    fig, axes = plt.subplots(nrows, len(benches), figsize=(4.6 * len(benches), 3.3 * nrows + 1.1), squeeze=False,
-                             sharex=True, sharey="row")  # fmt: skip
+    # ~7.5 in a panel: the legend's three columns fit under two panels, and the dodged markers sit apart
+    fig, axes = plt.subplots(nrows, len(benches), figsize=(7.5 * len(benches), 3.3 * nrows + 1.1), squeeze=False,
+                             sharex=True)  # fmt: skip
     series = _remask_series(table)
     n_up = sum(a != "ours" for a, _, _ in series)  # upstream δ series: a dark-to-light ramp none of ours uses
     upstream_colors = iter(sns.color_palette("mako", n_up + 2)[1 : n_up + 1])
@@ -190,6 +203,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
     for i, (algo, rule, d) in enumerate(series):
         style[(algo, rule, d)] = _rule_style(rule, i) if algo == "ours" else (next(upstream_colors), "P", "-")
     algos = list(dict.fromkeys(a for a, _, _ in series))
+    dodge = dodge_offsets([("base", a, None) for a in algos] + series, table["threshold"])
     base_styles = {"ours": dict(color="black", marker="s", ms=10, mfc="white", mew=1.8, lw=3.5, zorder=3),
                    "upstream": _UPSTREAM_BASE}  # fmt: skip
     base_labels = {"ours": "dynamic, no remasking (ours)", "upstream": "dynamic, no remasking (upstream)"}
@@ -203,13 +217,15 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
         ax = axes[0][j]
         for algo in algos:
             base = g[g["algorithm"] == algo].drop_duplicates("threshold").sort_values("threshold")
-            ax.errorbar(base["threshold"], base["baseline_accuracy"], yerr=_yerr(base, "baseline_accuracy"),
+            ax.errorbar(base["threshold"] + dodge["base", algo, None], base["baseline_accuracy"],
+                        yerr=_yerr(base, "baseline_accuracy"),
                         capsize=3, label=base_labels[algo], **base_styles[algo])  # fmt: skip
         for algo, rule, d in series:
             h = g[_in_series(g, algo, rule, d)].sort_values("threshold")
             color, marker, ls = style[(algo, rule, d)]
             on_base = dict(ls="--", ms=8, mfc="none", mew=1.8) if b in same[(algo, rule, d)] else dict(ls=ls, ms=5)
-            ax.errorbar(h["threshold"], h["mrp_remask_accuracy"], yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
+            ax.errorbar(h["threshold"] + dodge[algo, rule, d], h["mrp_remask_accuracy"],
+                        yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
                         color=color, marker=marker, lw=1.6, zorder=4, label=labels[(algo, rule, d)],
                         **on_base)  # fmt: skip
         # the paper's series from its own table, at every τ it ran (0.5-0.9, whether or not we ran that τ): the
@@ -222,7 +238,6 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
                     label=f"MRP remask ({paper_model}, paper: its τ rule or the released δ veto)")  # fmt: skip
         ax.set_title(f"{b} (paper: {g['paper_benchmark'].iloc[0]})" if "paper_benchmark" in g else b)
         ax.set_ylabel(LABELS["accuracy"])
-        ax.tick_params(labelleft=True)  # sharey hides them on all but the first panel: each panel reads alone
         if tpf is not None:
             ax = axes[1][j]
             if b not in tpf.index.get_level_values(0):
@@ -233,17 +248,18 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
                 if key not in t.index.droplevel(-1):
                     raise ValueError(f"{what}: the runs hold no {algo} dynamic rows for {b}")
                 d0 = t.loc[key].sort_index()
-                ax.plot(d0.index, d0.to_numpy(), label=f"_tpf {algo} dynamic", **base_styles[algo])
+                ax.plot(d0.index + dodge["base", algo, None], d0.to_numpy(), label=f"_tpf {algo} dynamic",
+                        **base_styles[algo])  # fmt: skip
             for algo, rule, d in series:
                 key = (algo, rule, -1.0 if d is None else d)
                 if key in t.index.droplevel(-1):
                     h = t.loc[key].sort_index()
                     color, marker, ls = style[(algo, rule, d)]
-                    ax.plot(h.index, h.to_numpy(), color=color, marker=marker, ms=5, ls=ls, lw=1.6, zorder=4,
-                            label=f"_tpf {algo} {rule} {d}")  # fmt: skip
+                    ax.plot(h.index + dodge[algo, rule, d], h.to_numpy(), color=color, marker=marker, ms=5, ls=ls,
+                            lw=1.6, zorder=4, label=f"_tpf {algo} {rule} {d}")  # fmt: skip
             ax.set_ylabel("tokens per denoising forward")
-            ax.tick_params(labelleft=True)
-        axes[-1][j].set_xlabel(LABELS["threshold"])
+        axes[-1][j].set_xlabel(f"{LABELS['threshold']} (each series a little off its τ, so none hides another)")
+        axes[-1][j].set_xticks(sorted(table["threshold"].unique()))
     handles, labels = axes[0][0].get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: ("paper" in labels[i], i))  # measured here, then the paper
     ncol = 3
