@@ -116,6 +116,16 @@ def test_block_calls_of_the_peers():
     wide = quickcheck._block_cost("remask", Wino(0.5, 0.9), 64, 16, False, 100.0, "loop", 0, None)
     plain = quickcheck._block_cost("dynamic", Speculative(3, "naive"), 64, 16, False, 100.0, "loop", 0, None)
     assert wide[0] == plain[0] == 17 and wide[2] > plain[2]
+    # S2D2 (a dynamic-mode peer): a draft forward and a 2-block verify per token; the class, not (mode, family),
+    # says so: another peer decoded in mode dynamic is charged as dynamic decoding
+    from mrp_repro.decoding import Dynamic
+    from mrp_repro.decoding.peers_s2d2 import S2D2
+
+    assert quickcheck.block_calls("dynamic", S2D2(0.9, 1.0), 16, fused=False) == (
+        [(0, 16), (quickcheck.WIDE, 16), (0, 1)], 0)
+    other_peer = Dynamic(0.9)
+    other_peer.algorithm = "peer"
+    assert quickcheck.block_calls("dynamic", other_peer, 16, fused=False) == ([(0, 16), (0, 1)], 0)
 
 
 def test_docs_table_is_the_code_s(quick):

@@ -166,9 +166,12 @@ def block_calls(mode: str, pol, L: int, fused: bool) -> tuple[list[tuple[int, in
         fewer = {"mrp": 1, TREE_DRAFTER: 2}.get(getattr(pol, "drafter", "mrp"))  # head drafts: K - fewer a round
         drafts = 0 if fewer is None else sum(max(min(K, m) - fewer, 0) for m in range(L, 0, -1))
         return [(0, 1)] + verifies + commit, drafts
-    if mode == "remask" and algo == "peer":  # WINO: every denoising forward carries the shadow block
+    from mrp_repro.decoding.peers_s2d2 import S2D2
+    from mrp_repro.decoding.peers_wino import Wino
+
+    if isinstance(pol, Wino):  # every denoising forward carries the shadow block
         return [(WIDE, L)] + commit, 0
-    if mode == "dynamic" and algo == "peer":  # S2D2: each step's draft forward, then its AR-mode verify (2L rows)
+    if isinstance(pol, S2D2):  # each step's draft forward, then its AR-mode verify (2L rows)
         return [(0, L), (WIDE, L)] + commit, 0
     per = {"naive": getattr(pol, "k", 1), "direct": getattr(pol, "steps", 0) + 1, "static": getattr(pol, "k", 1)}
     n = math.ceil(L / per.get(mode, 1))
