@@ -91,7 +91,10 @@ def test_make_test_runs_pytest():
         timeout=30,
     )
     assert out.returncode == 0, out.stderr
-    assert '.venv/bin/python -m pytest -q -m "not slow" -k foo' in out.stdout  # the slow ones: make test-slow
+    # the slow ones: make test-slow; two workers, a file each at a time (a file's module fixtures built once)
+    assert '.venv/bin/python -m pytest -q -m "not slow" -n 2 --dist loadfile -k foo' in out.stdout
+    one = _make_n("test", "TEST_WORKERS=1", "PYTEST_ARGS=-k foo")
+    assert '-m "not slow" -n 1 --dist loadfile -k foo' in one
 
 
 def _make_n(*args):
