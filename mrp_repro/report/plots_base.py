@@ -134,16 +134,23 @@ def _marker_lines(ax) -> list:
     return sorted(lines, key=lambda ln: ln.get_zorder())  # stable: insertion order within a zorder
 
 
-def _points(ln) -> np.ndarray:
-    """The finite (x, y) points where `ln` draws a marker (its markevery mask applied)."""
+def _data(ln) -> tuple[np.ndarray, np.ndarray]:
+    """(every (x, y) of `ln`, whether a marker is drawn there: finite, and in its markevery mask if it has one)."""
     x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
     if x.size != y.size:
-        return np.zeros((0, 2))
+        return np.zeros((0, 2)), np.zeros(0, bool)
     xy = np.stack([x, y], 1)
+    shown = np.isfinite(xy).all(1)
     every = ln.get_markevery()
     if every is not None and np.ndim(every) == 1 and len(every) == len(xy) and np.asarray(every).dtype == bool:
-        xy = xy[np.asarray(every, bool)]
-    return xy[np.isfinite(xy).all(1)]
+        shown &= np.asarray(every, bool)
+    return xy, shown
+
+
+def _points(ln) -> np.ndarray:
+    """The finite (x, y) points where `ln` draws a marker (its markevery mask applied)."""
+    xy, shown = _data(ln)
+    return xy[shown]
 
 
 def _coincide(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> np.ndarray:
@@ -173,20 +180,14 @@ def nest_coincident_markers(ax) -> None:
     for ln in _marker_lines(ax):
         if ln.get_label().startswith(NESTED_PREFIX):
             continue
-        x, y = np.asarray(ln.get_xdata(), float), np.asarray(ln.get_ydata(), float)
-        if x.size != y.size or not x.size:
-            drawn.append(ln)
-            continue
-        xy = np.stack([x, y], 1)
-        every = ln.get_markevery()  # a second call sees the first one's overlays, not the markers it hid
-        shown = (np.asarray(every, bool) if every is not None and np.ndim(every) == 1 and len(every) == len(xy)
-                 else np.ones(len(xy), bool)) & np.isfinite(xy).all(1)  # fmt: skip
-        under = [o for o in drawn if _coincide(xy[shown], _points(o)).any()]
-        covered = np.zeros(len(xy), bool)
-        for o in under:
-            covered |= _coincide(xy, _points(o))
-        covered &= shown
-        if covered.any():
+        xy, shown = _data(ln)  # a second call sees the first one's overlays, not the markers it hid
+        covered, under = np.zeros(len(xy), bool), []
+        for o in drawn:
+            on = _coincide(xy, _points(o)) & shown
+            if on.any():
+                covered |= on
+                under.append(o)
+        if under:
             size = max(ln.get_markersize(), *(o.get_markersize() for o in under))
             ln.set_markevery(list(shown & ~covered))
             (over,) = ax.plot(xy[covered, 0], xy[covered, 1], ls="none", marker=ln.get_marker(), mfc="none",
