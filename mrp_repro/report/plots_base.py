@@ -199,17 +199,20 @@ def nest_coincident_markers(ax) -> None:
         drawn.append(ln)
 
 
-def drop_overlapping_labels(ax) -> int:
+def drop_overlapping_labels(ax, keep=None) -> int:
     """Remove each of `ax`'s annotations whose drawn text overlaps one kept before it (in the order they were
-    added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). Call it after
-    the figure's layout is final. -> how many were removed."""
+    added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). The annotations
+    for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K) keeps its label;
+    a τ label over one goes). Call it after the figure's layout is final. -> how many were removed."""
     from matplotlib.text import Annotation
 
     renderer = ax.figure.canvas.get_renderer()
     kept, removed = [], 0
-    for t in [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]:
+    labels = [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]
+    first = [t for t in labels if keep is not None and keep(t.get_text())]
+    for t in first + [t for t in labels if t not in first]:
         box = t.get_window_extent(renderer)
-        if any(box.overlaps(k) for k in kept):
+        if t not in first and any(box.overlaps(k) for k in kept):
             t.remove()
             removed += 1
         else:

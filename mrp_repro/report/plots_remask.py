@@ -258,7 +258,7 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
                     ax.plot(h.index + dodge[algo, rule, d], h.to_numpy(), color=color, marker=marker, ms=5, ls=ls,
                             lw=1.6, zorder=4, label=f"_tpf {algo} {rule} {d}")  # fmt: skip
             ax.set_ylabel("tokens per denoising forward")
-        axes[-1][j].set_xlabel(f"{LABELS['threshold']} (each series a little off its τ, so none hides another)")
+        axes[-1][j].set_xlabel(f"{LABELS['threshold']} (each series drawn a little off its τ)")
         axes[-1][j].set_xticks(sorted(table["threshold"].unique()))
     handles, labels = axes[0][0].get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: ("paper" in labels[i], i))  # measured here, then the paper
