@@ -106,7 +106,8 @@ def test_speculative_figures_draw_the_upstream_family_as_its_own_series(tmp_path
         assert [ln.get_label() for ln in _lines(ax)] == [f"{p}K={k}" for p in ("", "upstream ") for k in SPEC_K]
     one = synthetic_runs(n=N, algorithms=("ours", "upstream"), batch_size=1)  # the latency grid: the paper's speed
     fig = plots.plot_speedup(plots.at_batch(paper.speculative_table(one, n_boot=10), one))
-    assert set(_fig_legend(fig)) == {"paper (SDAR-8B)"} | {f"{p}speculative K={k}" for p in ("", "upstream ")
+    up = ", released code (upstream)"
+    assert set(_fig_legend(fig)) == {"paper (SDAR-8B)"} | {f"MRP speculative K={k}{p}" for p in ("", up)
                                                            for k in SPEC_K}  # fmt: skip
 
 
@@ -154,7 +155,8 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     fig = plots.plot_speedup(spec_all_k, plots.at_batch(paper.direct_table(both, n_boot=10), both))
     (ax,) = fig.axes  # one batch size: one panel
     bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
-    want = [f"{p}speculative K={k}" for p in ("", "upstream ") for k in SPEC_K] + ["direct step 1", "direct step 2"]
+    want = [f"MRP speculative K={k}{p}" for p in ("", ", released code (upstream)") for k in SPEC_K] + [
+        "MRP direct step 1", "MRP direct step 2"]
     assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
     assert sorted(_fig_legend(fig)) == sorted(want + ["paper (SDAR-8B)"])
     assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
@@ -166,10 +168,11 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     def over(lo_hi):
         return ((xs > lo_hi[0]) & (xs < lo_hi[1])).any()
 
-    assert all(over(b) for b in span["upstream speculative K=3"])
-    others = [b for k, v in span.items() if "speculative" in k and k != "upstream speculative K=3" for b in v]
+    assert all(over(b) for b in span["MRP speculative K=3, released code (upstream)"])
+    up3 = "MRP speculative K=3, released code (upstream)"
+    others = [b for k, v in span.items() if "speculative" in k and k != up3 for b in v]
     assert not any(over(b) for b in others)
-    assert all(over(b) for k in ("direct step 1", "direct step 2") for b in span[k])  # the paper's
+    assert all(over(b) for k in ("MRP direct step 1", "MRP direct step 2") for b in span[k])  # the paper's
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):
@@ -204,11 +207,11 @@ def test_speedup_figure_one_batch_size_per_panel(tmp_path):
     fig = plots.plot_speedup(spec, plots.at_batch(paper.direct_table(many, n_boot=10), many))
     assert [ax.get_title().split(" (")[0] for ax in fig.axes] == ["batch 1", "batch 32"]
     series = [{c.get_label() for c in ax.containers if hasattr(c, "patches")} for ax in fig.axes]
-    assert series[0] == {f"speculative K={k}" for k in SPEC_K}
-    assert series[1] == {f"speculative K={k}" for k in SPEC_K} | {"direct step 1", "direct step 2"}
+    assert series[0] == {f"MRP speculative K={k}" for k in SPEC_K}
+    assert series[1] == {f"MRP speculative K={k}" for k in SPEC_K} | {"MRP direct step 1", "MRP direct step 2"}
     for ax, r in zip(fig.axes, (one, many), strict=True):  # each bar is its own batch size's speedup
         t = paper.speculative_table(r, n_boot=0)
-        k3 = next(c for c in ax.containers if c.get_label() == "speculative K=3")
+        k3 = next(c for c in ax.containers if c.get_label() == "MRP speculative K=3")
         ticks = [x.get_text() for x in ax.get_xticklabels()]
         want = t[t["K"] == 3].set_index("benchmark").reindex(ticks)["throughput_speedup"]
         assert np.allclose([p.get_height() for p in k3.patches], want)
@@ -273,45 +276,77 @@ def test_lookahead_figure_labels_tpf(tmp_path, runs):
 
 
 def test_remasking_figure_every_rule_baseline_visible_paper_and_tpf(tmp_path, runs):
+    """Rows: our accuracy, our TPF over the family's dynamic(τ) (its own TPF on the top axis), the paper's series on
+    their own y axis (on ours, a backbone near its ceiling was a sliver above the paper's curves)."""
     t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=10)
     fig = plots.plot_remasking(t, runs)
     _not_empty(fig)
     benches = list(dict.fromkeys(t["benchmark"]))
-    acc_axes, tpf_axes = fig.axes[: len(benches)], fig.axes[len(benches) :]
+    grid = [ax for ax in fig.axes if ax.get_subplotspec() is not None]  # not the secondary (top) axes
+    assert len(grid) == 3 * len(benches)
+    acc_axes, tpf_axes, paper_axes = (grid[i * len(benches) : (i + 1) * len(benches)] for i in range(3))
     ours = ["dynamic, no remasking (ours)", "MRP remask, rule delta (ours)", "MRP remask, rule tau (ours)"]
     paper_series = ["dynamic, no remasking (SDAR-8B, paper)",
                     "MRP remask (SDAR-8B, paper: its τ rule or the released δ veto)"]
-    for ax, b in zip(acc_axes, benches, strict=True):
+    for ax, pax, b in zip(acc_axes, paper_axes, benches, strict=True):
         lines = {ln.get_label(): ln for ln in _lines(ax)}
-        has_paper = t.loc[t["benchmark"] == b, "paper_baseline_accuracy"].notna().any()
-        assert sorted(lines) == sorted(ours + (paper_series if has_paper else []))
+        assert sorted(lines) == sorted(ours)
         assert all(len(lines[k].get_xdata()) == 4 for k in ours)
         base, rules = lines[ours[0]].line, [lines[k].line for k in ours[1:]]
         # the baseline is thick and under the rules: a rule equal to it leaves it visible around a thin line
         assert all(base.get_linewidth() > 1.5 * r.get_linewidth() and base.get_zorder() < r.get_zorder() for r in rules)
         colors = [matplotlib.colors.to_hex(ln.get_color()) for ln in [base, *rules]]
         assert len(set(colors)) == len(colors)
+        has_paper = t.loc[t["benchmark"] == b, "paper_baseline_accuracy"].notna().any()
+        plines = {ln.get_label(): ln for ln in pax.get_lines() if not ln.get_label().startswith("_")}
         if has_paper:  # the paper's numbers at every τ the paper ran (0.6 and 0.8 too, which we do not run)
+            assert sorted(plines) == sorted(paper_series) and pax.get_ylabel().startswith("SDAR-8B, paper")
             ref = paper.load("remasking")
             ref = ref[(ref["model"] == "SDAR-8B") & (ref["benchmark"] == paper.BENCHMARK_MAP[b])]
             for name, col in zip(paper_series, ("baseline_accuracy", "mrp_remask_accuracy"), strict=True):
-                ln = lines[name]
+                ln = plines[name]
                 assert sorted(ln.get_xdata()) == sorted(ref["threshold"]) and {0.6, 0.8} <= set(ln.get_xdata())
                 got = dict(zip(ln.get_xdata(), ln.get_ydata(), strict=True))
                 assert all(np.isclose(got[x], y) for x, y in zip(ref["threshold"], ref[col], strict=True))
+        else:
+            assert not plines and "no remasking" in " ".join(x.get_text() for x in pax.texts)
         assert ax.get_legend() is None
-    for ax, b in zip(tpf_axes, benches, strict=True):  # TPF per series from the runs
+    for ax, b in zip(tpf_axes, benches, strict=True):  # TPF per series from the runs, over dynamic(τ)'s
         lines = ax.get_lines()
-        assert len(lines) == 3 and ax.get_ylabel() == "tokens per denoising forward"
+        assert len(lines) == 3 and ax.get_ylabel().startswith("TPF ÷")
         d = runs[(runs["benchmark"] == b) & (runs["mode"] == "dynamic")].groupby("threshold")
-        assert np.allclose(lines[0].get_ydata(), (d["tokens"].sum() / d["denoise_forwards"].sum()).to_numpy())
+        dyn = (d["tokens"].sum() / d["denoise_forwards"].sum()).to_numpy()
+        assert np.allclose(lines[0].get_ydata(), 1.0)
+        r = runs[(runs["benchmark"] == b) & (runs["mode"] == "remask") & (runs["rule"] == "tau")].groupby("threshold")
+        assert np.allclose(lines[2].get_ydata(), (r["tokens"].sum() / r["denoise_forwards"].sum()).to_numpy() / dyn)
+        top = [c for c in ax.child_axes]  # the top axis: dynamic(τ)'s own TPF at each τ
+        assert len(top) == 1
+        assert [float(x.get_text()) for x in top[0].get_xticklabels()] == [float(f"{v:.3g}") for v in dyn]
     assert len(fig.legends) == 1
     with pytest.raises(ValueError, match="more than one row"):
         plots.plot_remasking(pd.concat([t, t]))
     _save(fig, tmp_path, "remasking")
-    fig = plots.plot_remasking(t)  # without runs: the accuracy row alone
-    assert len(fig.axes) == len(benches)
+    fig = plots.plot_remasking(t)  # without runs: the accuracy row and the paper's
+    assert len(fig.axes) == 2 * len(benches)
     _save(fig, tmp_path, "remasking_acc")
+
+
+def test_remasking_glyph_of_a_series_is_one_in_every_panel_and_the_legend(runs):
+    """A series keeps its marker, line style and fill in every panel, as its legend key shows (the delta series was
+    hollow and dashed in one row, filled in the other, and its key matched one of them)."""
+    t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=0).copy()
+    at = (t["rule"] == "delta") & (t["benchmark"] == "synth-code")
+    t.loc[at, "mrp_remask_accuracy"] = t.loc[at, "baseline_accuracy"]  # equal to dynamic on one benchmark
+    fig = plots.plot_remasking(t, runs)
+    # the legend key is drawn from the first panel's series (its errorbar's data line)
+    labels = [x.get_text() for x in fig.legends[0].get_texts()]
+    (lab,) = [x for x in labels if x.startswith("MRP remask, rule delta (ours) (") and "synth-code" in x]
+    glyph = lambda ln: (ln.get_marker(), str(ln.get_markerfacecolor()), ln.get_linestyle())  # noqa: E731
+    drawn = [w.line for ax in fig.axes for w in _lines(ax) if w.get_label() == lab]  # the accuracy row
+    drawn += [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label().startswith("_tpf ours delta ")]
+    assert len(drawn) == 2 * len(BENCHES)
+    assert len({glyph(ln) for ln in drawn}) == 1, {glyph(ln) for ln in drawn}
+    matplotlib.pyplot.close(fig)
 
 
 def test_kernels_figure_says_what_it_compares(tmp_path):
@@ -343,9 +378,10 @@ def test_remasking_figure_keeps_the_families_apart(tmp_path):
     runs = synthetic_runs(n=10, algorithms=("ours", "upstream"))
     t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=0)
     fig = plots.plot_remasking(t)
-    for ax in fig.axes:
-        lines = _lines(ax)
-        ours = [ln for ln in lines if "paper" not in ln.get_label()]
+    n = len(set(t["benchmark"]))
+    assert len(fig.axes) == 2 * n  # our accuracy, then the paper's row
+    for ax in fig.axes[:n]:
+        ours = _lines(ax)
         assert [ln.get_label() for ln in ours] == [
             "dynamic, no remasking (ours)", "dynamic, no remasking (upstream)", "MRP remask, rule delta (ours)",
             "MRP remask, rule tau (ours)", "MRP remask, δ veto δ=1 (upstream)", "MRP remask, δ veto δ=2 (upstream)"]
@@ -454,8 +490,9 @@ def _overlap(a, b) -> bool:
 
 
 def test_remasking_series_equal_to_dynamic_says_so_in_its_label(tmp_path):
-    """A series that equals the dynamic baseline at every τ would sit exactly on it, unseen: its label
-    carries "(= dynamic)" and it is drawn dashed with hollow markers; a series that differs is not marked."""
+    """A series that equals the dynamic baseline at every τ would sit exactly on it, unseen: its label carries
+    "(= dynamic)" and it is drawn off its τ beside the baseline (dodge_offsets); a series that differs is not
+    marked."""
     one = synthetic_runs(n=N, benchmarks=("synth-math",))
     t = paper.remasking_table(one, rule=None, algorithm=None, n_boot=0)
     delta = t["rule"] == "delta"
@@ -468,8 +505,9 @@ def test_remasking_series_equal_to_dynamic_says_so_in_its_label(tmp_path):
     assert "MRP remask, rule delta (ours) (= dynamic)" in labels
     assert "MRP remask, rule tau (ours)" in labels and not any("tau" in x and "= dynamic" in x for x in labels)
     lines = {ln.get_label(): ln.line for ln in _lines(fig.axes[0])}
-    eq = lines["MRP remask, rule delta (ours) (= dynamic)"]
-    assert eq.get_linestyle() == "--" and eq.get_markerfacecolor() == "none"
+    eq, base = lines["MRP remask, rule delta (ours) (= dynamic)"], lines["dynamic, no remasking (ours)"]
+    y, x = (lambda ln: np.asarray(ln.get_ydata(), float)), (lambda ln: np.asarray(ln.get_xdata(), float))
+    assert np.allclose(y(eq), y(base)) and not np.allclose(x(eq), x(base))
     assert all(n > 0 for n in plots.legend_points(fig).values())
     _save(fig, tmp_path, "remasking_equal")
     plain = synthetic_runs(n=N, benchmarks=("synth-math",))
@@ -577,12 +615,13 @@ def test_speedup_figure_draws_each_control_beside_mrp(tmp_path):
     fig = plots.plot_speedup(spec, plots.at_batch(paper.direct_table(many, n_boot=10), many), ctl)
     series = [[c.get_label() for c in ax.containers if hasattr(c, "patches")] for ax in fig.axes]
     drafter = [f"speculative K={k}, no-head drafter (no-MRP control)" for k in SPEC_K]
-    naive = [f"naive MTP K={k} (no-MRP control of direct step {k}: no head)" for k in (1, 2)]
+    naive = [f"naive MTP K={k} (no-MRP control of MRP direct step {k}: no head)" for k in (1, 2)]
     assert set(drafter) <= set(series[0]) and not set(naive) & set(series[0])  # batch 1: no direct grid there
     assert set(drafter + naive) <= set(series[1])
     # each control right after the MRP series it controls, hatched
     s1 = series[1]
-    assert s1.index(drafter[0]) == s1.index("speculative K=3") + 1 and s1.index(naive[0]) == s1.index("direct step 1") + 1
+    assert s1.index(drafter[0]) == s1.index("MRP speculative K=3") + 1
+    assert s1.index(naive[0]) == s1.index("MRP direct step 1") + 1
     for c in fig.axes[1].containers:
         if hasattr(c, "patches") and "control" in c.get_label():
             assert all(p.get_hatch() == "//" for p in c.patches)
@@ -648,6 +687,19 @@ def test_remasking_figure_draws_the_head_free_controls_and_hides_no_marker(tmp_p
     plots.nest_coincident_markers(ax)
     assert plots.hidden_markers(f) == []
     matplotlib.pyplot.close(f)
+    # scatters count too (matched_speed's hollow off-frontier rings, direct(K)'s triangles): a filled one as large
+    # hides a line's marker; a hollow larger ring, a × (no face) or a clearly smaller marker (its rim shows) do not
+    f, ax = matplotlib.pyplot.subplots()
+    ax.plot([1, 2], [3, 4], "o-", ms=6, label="line")
+    ax.scatter([2], [4], s=36, label="filled", zorder=3)  # a scatter's default zorder (1) is under lines (2)
+    ax.scatter([1], [3], s=100, facecolors="none", edgecolors="k", label="ring", zorder=3)
+    ax.scatter([1], [3], marker="x", s=36, label="cross", zorder=3)
+    ax.plot([2], [4], "s", ms=3, label="small", zorder=4)
+    assert plots.hidden_markers(f) == [("line", "filled")]
+    ax.scatter([5], [5], s=36, label="under")  # default zorder: the line drawn later covers it
+    ax.plot([5], [5], "o", ms=6, label="over")
+    assert sorted(plots.hidden_markers(f)) == [("line", "filled"), ("under", "over")]
+    matplotlib.pyplot.close(f)
 
 
 def test_nesting_hollows_only_the_covered_point_and_the_remasking_series_sit_apart(runs):
@@ -669,14 +721,15 @@ def test_nesting_hollows_only_the_covered_point_and_the_remasking_series_sit_apa
     t = paper.remasking_table(runs, rule=None, algorithm=None, n_boot=10)
     fig = plots.plot_remasking(t, runs, controls=_controls_runs(runs), n_boot=10)
     taus = np.array(sorted(t["threshold"].unique()), float)
-    for ax in fig.axes:
+    grid = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    for ax in grid[: 2 * len(BENCHES)]:  # our accuracy and TPF rows (the paper's row below)
         xs = [ln.get_xdata() for ln in ax.get_lines() if ln.get_marker() not in ("", "None", "_", "|")
               and "paper" not in ln.get_label()]  # fmt: skip
         offsets = {round(float(x[0]) - taus[np.abs(taus - float(x[0])).argmin()], 9) for x in xs if len(x)}
         assert len(offsets) == len(xs) > 3, "two series share an x offset"
         assert max(abs(o) for o in offsets) <= 0.3 * np.diff(taus).min() + 1e-9  # within ±0.3 of the τ step
         nested = [ln.get_label() for ln in ax.get_lines() if ln.get_label().startswith(plots_base.NESTED_PREFIX)]
-        assert all("paper" in x for x in nested), nested  # only the paper's two series meet (at τ = 0.9)
+        assert not nested, nested
     assert fig.axes[0].get_shared_y_axes().get_siblings(fig.axes[0]) == [fig.axes[0]]
     matplotlib.pyplot.close(fig)
 
@@ -695,6 +748,14 @@ def test_crowded_labels_are_thinned_until_none_overlaps():
     ax.annotate("K=2", (1.002, 1.0))  # a label to keep: it stays, the τ label under it goes
     assert plots_base.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 1
     assert [c.get_text() for c in ax.get_children() if isinstance(c, Annotation)] == ["far", "K=2"]
+    # two labels to keep on one spot at the panel's top: the second moves to a clear place inside the panel
+    for k in (3, 4):
+        ax.annotate(f"K={k}", (0.5, 1.95), xytext=(5, 5), textcoords="offset points")
+    assert plots_base.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 0
+    r = f.canvas.get_renderer()
+    boxes = [c.get_window_extent(r) for c in ax.texts if c.get_text() in ("K=3", "K=4")]
+    assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
+    assert all(ax.bbox.y0 <= b.y0 and b.y1 <= ax.bbox.y1 for b in boxes)
     matplotlib.pyplot.close(f)
 
 
@@ -721,7 +782,7 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
     table = pd.read_csv(d / f"{figure}.csv")
     figs = ([plots_speed.plot_lookahead(table)] if figure == "lookahead"
             else [pareto.plot_matched_speed(table, a) for a in dict.fromkeys(table["algorithm"])])  # fmt: skip
-    shared = 0
+    shared = zoomed = 0
     for fig in figs:
         assert plots.hidden_markers(fig) == []
         if figure == "matched_speed":  # the frontier is the reference: drawn first, its markers filled
@@ -739,8 +800,31 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
                     n = len(direct[0].get_offsets())
                     assert len(named.get(ax, ())) == n, (ax.get_title(), named.get(ax))
                     shared += any("," in t.get_text() for t in ax.texts if t.get_text().startswith("K="))
+            # the K labels inside their panel, none over another (chain-math's wall clock: K=1 and K=3,4 printed
+            # over each other above the panel)
+            r = fig.canvas.get_renderer()
+            for ax in fig.axes:
+                boxes = [t.get_window_extent(r) for t in ax.texts if t.get_text().startswith("K=")]
+                assert all(ax.bbox.y0 <= b.y0 and b.y1 <= ax.bbox.y1 for b in boxes), ax.get_title()
+                assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]), ax.get_title()
+            # a panel whose dynamic and remask points crowd into a sliver of its axis (chain-math's TPF 13.5-16 on
+            # an axis from 1) has them in a zoomed inset; the others have none
+            for ax in fig.axes:
+                bench, rest = ax.get_title().split(", ", 1)
+                axis = rest.rsplit("(", 1)[1].rstrip(")")
+                algo = rest.split(":")[0]
+                t = table[(table["benchmark"] == bench) & (table["axis"] == axis) & (table["algorithm"] == algo)]
+                crowd = t[t["mode"].isin(["dynamic", "remask"])]
+                narrow = np.ptp(crowd["speed"]) < pareto.ZOOM_SHARE * np.ptp(t["speed"])
+                assert len(ax.child_axes) == int(narrow), ax.get_title()
+                if narrow:
+                    (ins,) = ax.child_axes
+                    (x0, x1), (y0, y1) = ins.get_xlim(), ins.get_ylim()
+                    assert crowd["speed"].between(x0, x1).all() and crowd["accuracy"].between(y0, y1).all()
+                    zoomed += 1
         matplotlib.pyplot.close(fig)
     assert figure != "matched_speed" or shared > 0  # chain16 has direct(3) and direct(4) on one point
+    assert figure != "matched_speed" or zoomed > 0  # and chain-math's crowded TPF panel
 
 
 def test_remasking_series_equal_to_dynamic_in_accuracy_only_says_accuracy(tmp_path):

@@ -330,6 +330,76 @@ def _equals_dynamic(g: pd.DataFrame, dyn: pd.DataFrame) -> bool:
     return bool((np.abs(s - s0) <= tol).all() and (np.abs(a - a0) <= _SAME_ACC_ATOL).all())
 
 
+def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict, colors: dict, series_labels: dict,
+                        legend: bool = True) -> None:
+    """One panel of plot_matched_speed (its docstring): `t` the table's rows of one benchmark and axis, `panel` each
+    remask series' (rows, on the dynamic points). legend False: every label hidden from the legend (a zoom inset)."""
+    from mrp_repro.report.plots_base import mark_clock_gates, nest_coincident_markers
+
+    name = (lambda x: x) if legend else (lambda x: "_" + x)  # noqa: E731
+    fr = t[t["mode"].isin(FRONTIER)]
+    ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
+    ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label=name("dynamic frontier (static, dynamic τ)"), zorder=3)
+    # every frontier setting hollow: those on the frontier are filled by the line's markers
+    ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3,
+               label=name("static or dynamic τ off the frontier (hollow)"))  # fmt: skip
+    for _, r in fr.iterrows():
+        lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
+        ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
+    n_same = 0  # series on the dynamic points so far: each next one's hollow markers a size larger, so
+    for k in keys:  # several (δ 1, 2, 4 of upstream, say) nest rather than hide one another
+        g, same = panel[k]
+        style = (dict(ls="--", marker="s", ms=8 + 3 * n_same, mfc="none", mew=1.5, lw=1.6, zorder=5)
+                 if same else dict(ls="-", marker="s", ms=4, lw=1, alpha=0.85, zorder=4))  # fmt: skip
+        n_same += bool(same)
+        ax.plot(g["speed"], g["accuracy"], color=colors[k], label=name(series_labels[k]), **style)
+    d = t[t["mode"] == "direct"].sort_values("K")
+    if len(d):  # a family without direct mode (upstream) names no direct(K) series
+        ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label=name("direct(K)"))
+    # one label per drawn point: direct(3) and direct(4) share one on chain-math (equal cost and accuracy), and one ▲
+    # over the other read as one setting; set off enough to clear a wall-clock gate's ring (size 70)
+    for (speed, acc), at in d.groupby(["speed", "accuracy"], sort=False):
+        ks = ",".join(str(int(k)) for k in at["K"])
+        ax.annotate(f"K={ks}", (speed, acc), fontsize=7, xytext=(5, 5), textcoords="offset points")
+    nest_coincident_markers(ax)  # two rules on one point (loo and sequential on chain-math) nest, not hide
+    if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
+        mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
+
+
+#: a panel's dynamic and remask points crowded into under this share of its speed axis get a zoomed inset
+ZOOM_SHARE = 0.25
+#: where an inset may go (axes fractions: x0, y0, width, height); the one over the fewest points is used
+_INSET_SLOTS = ((0.3, 0.08, 0.42, 0.5), (0.3, 0.42, 0.42, 0.5), (0.05, 0.08, 0.42, 0.5), (0.53, 0.08, 0.42, 0.5))
+
+
+def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
+    """An inset of `ax` zoomed onto its dynamic(τ) and remask points when they fill under ZOOM_SHARE of the panel's
+    speed axis (chain-math: TPF 13.5-16 on an axis from static's 1), redrawn there by `draw(inset, legend=False)`,
+    in the slot over the fewest of the panel's points, its frame marked on the panel. -> the inset, or None."""
+    crowd = t[t["mode"].isin(["dynamic", "remask"])]
+    xs, all_x = crowd["speed"].to_numpy(float), t["speed"].to_numpy(float)
+    xs, all_x = xs[np.isfinite(xs)], all_x[np.isfinite(all_x)]
+    if len(xs) < 4 or np.ptp(all_x) == 0 or np.ptp(xs) >= ZOOM_SHARE * np.ptp(all_x):
+        return None
+    ys = crowd["accuracy"].to_numpy(float)
+    ys = ys[np.isfinite(ys)]
+    pad_x, pad_y = max(0.08 * np.ptp(xs), 0.05), max(0.12 * np.ptp(ys), 0.25)
+    ax.figure.canvas.draw()  # the panel's limits as drawn
+    pts = ax.transAxes.inverted().transform(ax.transData.transform(np.column_stack([all_x, t["accuracy"]])))
+    inside = lambda b: int(((pts[:, 0] >= b[0]) & (pts[:, 0] <= b[0] + b[2])  # noqa: E731
+                            & (pts[:, 1] >= b[1]) & (pts[:, 1] <= b[1] + b[3])).sum())  # fmt: skip
+    slot = min(_INSET_SLOTS, key=inside)
+    ins = ax.inset_axes(slot)
+    draw(ins, False)
+    ins.set_xlim(xs.min() - pad_x, xs.max() + pad_x)
+    ins.set_ylim(ys.min() - pad_y, ys.max() + pad_y)
+    ins.tick_params(labelsize=7)
+    ins.grid(alpha=0.3)
+    ins.set_title("zoom", fontsize=7, pad=2)
+    ax.indicate_inset_zoom(ins, edgecolor="0.4")
+    return ins
+
+
 def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     """Accuracy against speed for one decoding family (`algorithm`: its own frontier and settings, never another
     family's), one row of panels per benchmark, one column per axis the table holds (tpf, weighted_tpf when the
@@ -339,15 +409,11 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     frontier on those panels, and its label says " (= dynamic)" (on every panel it is drawn on) or " (= dynamic in
     N of M panels)". A point of the wall-clock axis whose clock_gate (report.wallclock.mark_clock) is not in
     schema.CLOCK_TRUSTED is marked (plots_base.mark_clock_gates: × a check failed, ○ unchecked), as speedup.png
-    marks its bars."""
+    marks its bars. A panel whose dynamic and remask points fill under ZOOM_SHARE of its speed axis (chain-math's TPF
+    13.5-16 beside static's 1) has them again in a zoomed inset (_zoom_crowded), its frame marked on the panel."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots_base import (
-        drop_overlapping_labels,
-        mark_clock_gates,
-        nest_coincident_markers,
-        set_theme,
-    )
+    from mrp_repro.report.plots_base import drop_overlapping_labels, set_theme
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
@@ -387,33 +453,10 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
         for ai, axis in enumerate(axes_names):
             ax = axes[bi][ai]
             t = table[(table["benchmark"] == bench) & (table["axis"] == axis)]
-            fr = t[t["mode"].isin(FRONTIER)]
-            ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
-            ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label="dynamic frontier (static, dynamic τ)", zorder=3)
-            # every frontier setting hollow: those on the frontier are filled by the line's markers
-            ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3,
-                       label="static or dynamic τ off the frontier (hollow)")  # fmt: skip
-            for _, r in fr.iterrows():
-                lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
-                ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
-            n_same = 0  # series on the dynamic points so far: each next one's hollow markers a size larger, so
-            for k in keys:  # several (δ 1, 2, 4 of upstream, say) nest rather than hide one another
-                g, same = panels[bench, axis][k]
-                style = (dict(ls="--", marker="s", ms=8 + 3 * n_same, mfc="none", mew=1.5, lw=1.6, zorder=5)
-                         if same else dict(ls="-", marker="s", ms=4, lw=1, alpha=0.85, zorder=4))  # fmt: skip
-                n_same += bool(same)
-                ax.plot(g["speed"], g["accuracy"], color=colors[k], label=series_labels[k], **style)
-            d = t[t["mode"] == "direct"].sort_values("K")
-            if len(d):  # a family without direct mode (upstream) names no direct(K) series
-                ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label="direct(K)")
-            # one label per drawn point: direct(3) and direct(4) share one on chain-math (equal cost and accuracy),
-            # and one ▲ over the other read as one setting
-            for (speed, acc), at in d.groupby(["speed", "accuracy"], sort=False):
-                ks = ",".join(str(int(k)) for k in at["K"])
-                ax.annotate(f"K={ks}", (speed, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
-            nest_coincident_markers(ax)  # two rules on one point (loo and sequential on chain-math) nest, not hide
-            if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
-                mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
+            draw = lambda a, legend, t=t, axis=axis, bench=bench: _draw_matched_panel(  # noqa: E731
+                a, t, axis, keys, panels[bench, axis], colors, series_labels, legend)
+            draw(ax, True)
+            _zoom_crowded(ax, t, draw)
             ax.set_xlabel(AXIS_LABELS[axis])
             ax.set_ylabel("accuracy (%)")
             ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed ({axis})")
@@ -426,6 +469,6 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    for ax in fig.axes:  # after the layout: τ labels of the frontier's crowded fast end printed over each other
-        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="))
+    for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:  # after the layout: the τ labels of the frontier's
+        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="))  # crowded fast end overprinted
     return fig

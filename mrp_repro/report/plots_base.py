@@ -203,7 +203,10 @@ def drop_overlapping_labels(ax, keep=None) -> int:
     """Remove each of `ax`'s annotations whose drawn text overlaps one kept before it (in the order they were
     added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). The annotations
     for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K) keeps its label;
-    a τ label over one goes). Call it after the figure's layout is final. -> how many were removed."""
+    a τ label over one goes): one that overlaps an earlier kept one or leaves the panel is moved to the first of a
+    few places a line or two above or below that is clear (an annotation placed in offset points). Call it after
+    the figure's layout is final.
+    -> how many were removed."""
     from matplotlib.text import Annotation
 
     renderer = ax.figure.canvas.get_renderer()
@@ -212,7 +215,19 @@ def drop_overlapping_labels(ax, keep=None) -> int:
     first = [t for t in labels if keep is not None and keep(t.get_text())]
     for t in first + [t for t in labels if t not in first]:
         box = t.get_window_extent(renderer)
-        if t not in first and any(box.overlaps(k) for k in kept):
+        if t in first and t.anncoords == "offset points":
+            dx, dy = t.xyann
+            line = box.height * 72.0 / ax.figure.dpi
+            for shift in (0, 1.2, -1.5, 2.4, -2.7, 3.6, -3.9):  # the first place clear of the kept ones, in the panel
+                t.xyann = (dx, dy + shift * line)
+                box = t.get_window_extent(renderer)
+                inside = ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1
+                if inside and not any(box.overlaps(k) for k in kept):
+                    break
+            kept.append(box)
+        elif t in first:
+            kept.append(box)
+        elif any(box.overlaps(k) for k in kept):
             t.remove()
             removed += 1
         else:
@@ -220,19 +235,43 @@ def drop_overlapping_labels(ax, keep=None) -> int:
     return removed
 
 
+def _marker_artists(ax) -> list[tuple[str, np.ndarray, float, bool, bool]]:
+    """(label, points, marker size in points, hollow, faceless) of every line and scatter of `ax` that draws
+    markers, in drawing order (zorder, then insertion). A scatter's size is sqrt(s); hollow: transparent faces;
+    faceless: a marker of strokes only (×, +: a path that never closes), which covers nothing."""
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.path import Path as MplPath
+
+    lines = set(_marker_lines(ax))
+    out = []
+    for a in sorted(ax.get_children(), key=lambda a: a.get_zorder()):  # stable: insertion order within a zorder
+        if a in lines:
+            hollow = str(a.get_markerfacecolor()) == "none"
+            out.append((a.get_label(), _points(a), float(a.get_markersize()), hollow, not a._marker.is_filled()))
+        elif isinstance(a, PathCollection) and not isinstance(a, LineCollection) and a.get_visible():
+            pts = np.asarray(a.get_offsets(), float).reshape(-1, 2)
+            pts = pts[np.isfinite(pts).all(1)]
+            sizes = np.asarray(a.get_sizes(), float)
+            size = float(np.sqrt(sizes.max())) if sizes.size else 0.0
+            faces = np.asarray(a.get_facecolors(), float).reshape(-1, 4)
+            paths = a.get_paths()
+            unfilled = bool(paths) and all(p.codes is None or MplPath.CLOSEPOLY not in p.codes for p in paths)
+            hollow = not faces.size or bool((faces[:, 3] == 0).all())
+            out.append((a.get_label(), pts, size, hollow, unfilled))
+    return out
+
+
 def hidden_markers(fig) -> list[tuple[str, str]]:
-    """(covered, covering) label pairs of line markers that one draws exactly over the other in `fig` (the later
-    not hollow and larger): a marker the reader cannot see. Empty for a figure where none hides another."""
+    """(covered, covering) label pairs of markers (lines' and scatters') that one draws exactly over the other in
+    `fig`, the later neither faceless (×), nor hollow and larger, nor clearly smaller (under 0.8 of its size: the
+    earlier's rim shows around it): a marker the reader cannot see. Empty for a figure where none hides another."""
     out = []
     for ax in fig.axes:
-        lines = _marker_lines(ax)
-        for i, a in enumerate(lines):
-            for b in lines[i + 1:]:
-                if not _shared(_points(a), _points(b)):
-                    continue
-                nested = (str(b.get_markerfacecolor()) == "none" and b.get_markersize() > a.get_markersize())
-                if not nested:
-                    out.append((a.get_label(), b.get_label()))
+        marks = _marker_artists(ax)
+        for i, (la, pa, sa, _, _) in enumerate(marks):
+            for lb, pb, sb, hollow, faceless in marks[i + 1:]:
+                if _shared(pa, pb) and not faceless and not (hollow and sb > sa) and not sb < 0.8 * sa:
+                    out.append((la, lb))
     return out
 
 

@@ -156,19 +156,21 @@ def remasking_controls(runs: pd.DataFrame, controls: pd.DataFrame, n_boot: int =
 
 def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, controls: pd.DataFrame | None = None,
                    n_boot: int = 1000, ci: float = 0.95):  # fmt: skip
-    """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, thick, under the rest), one MRP
-    remasking series per rule (its own colour, marker and line style), and the paper's two series for the run's
-    paper_model (grey, dashed: baseline and MRP remasking, at the τ the paper ran). A table of both families
-    (remasking_table(algorithm=None)) adds the upstream family's own dynamic baseline (grey) and one upstream
-    remasking series per δ, each paired with its own baseline. With `runs` (the dynamic and remask runs the table
-    was built from), a second row: the TPF each series reaches, so a gain bought with fewer tokens per forward
-    shows as such. With `controls` (controls_runs) and `runs`, the no-MRP remask controls as series of their own
-    (the random veto, the head-free lowest-confidence veto: remasking_controls, n_boot / ci their CIs), beside the MRP
-    rules. Every measured series is drawn a little off its τ (dodge_offsets: at most ±0.3 of the τ grid's smallest
-    step, the same offset in every panel; the ticks are the τ it ran): where rules equal dynamic (τ = 0.9, where
-    nothing is revoked, or a whole benchmark) their markers sit side by side instead of on one another (nested
-    rings of a dozen series grew into blobs). Each panel has its own y axis (a benchmark near its ceiling is not
-    squeezed into another's range). The legend sits below the panels.
+    """Accuracy vs τ per benchmark: dynamic decoding without remasking (black, thick, under the rest) and one MRP
+    remasking series per rule (its own colour, marker and line style, the same in every panel and in the legend). A
+    table of both families (remasking_table(algorithm=None)) adds the upstream family's own dynamic baseline (grey)
+    and one upstream remasking series per δ, each paired with its own baseline. With `runs` (the dynamic and remask
+    runs the table was built from), a second row: the TPF each series reaches, so a gain bought with fewer tokens per
+    forward shows as such. With `controls` (controls_runs) and `runs`, the no-MRP remask controls as series of their
+    own (the random veto, the head-free lowest-confidence veto: remasking_controls, n_boot / ci their CIs), beside the
+    MRP rules. The paper's two series for the run's paper_model (grey, dashed: baseline and MRP remasking, at the τ the
+    paper ran) sit in a row of their own below, on their own y axis: on our accuracy axis a backbone near its ceiling
+    was squeezed into a sliver above the paper's curves (chain-math: ours 97-100, the paper's down to 67).
+    In the accuracy row every measured series is drawn a little off its τ (dodge_offsets: at most ±0.3 of the τ
+    grid's smallest step; the ticks are the τ it ran), so the error bars of rules that equal dynamic (τ = 0.9, where
+    nothing is revoked) sit side by side instead of on one another. The TPF row draws every series at its own τ: an
+    offset along a steep TPF curve read as a TPF that series does not reach. Each panel has its own y axis (a
+    benchmark near its ceiling is not squeezed into another's range). The legend sits below the panels.
 
     table: paper.remasking_table(rule=None); one row per benchmark x algorithm x rule x δ x τ."""
     what = "plot_remasking"
@@ -192,7 +194,9 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
         tpf = _tpf_by(r, ["benchmark", "algorithm", "rule", "delta", "threshold"])
     set_theme()
     benches = list(dict.fromkeys(table["benchmark"]))
-    nrows = 1 if tpf is None else 2
+    paper_model = str(table["paper_model"].iloc[0])
+    with_paper = any(len(_paper_remasking(paper_model, table[table["benchmark"] == b])) for b in benches)
+    nrows = 1 + (tpf is not None) + with_paper
     # ~7.5 in a panel: the legend's three columns fit under two panels, and the dodged markers sit apart
     fig, axes = plt.subplots(nrows, len(benches), figsize=(7.5 * len(benches), 3.3 * nrows + 1.1), squeeze=False,
                              sharex=True)  # fmt: skip
@@ -207,9 +211,8 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
     base_styles = {"ours": dict(color="black", marker="s", ms=10, mfc="white", mew=1.8, lw=3.5, zorder=3),
                    "upstream": _UPSTREAM_BASE}  # fmt: skip
     base_labels = {"ours": "dynamic, no remasking (ours)", "upstream": "dynamic, no remasking (upstream)"}
-    paper_model = str(table["paper_model"].iloc[0])
     # a series equal to the dynamic baseline everywhere (delta, often) says so in its label; on some benchmarks
-    # only, it names them; and it is drawn dashed with hollow markers, visible on the baseline it covers
+    # only, it names them (drawn beside the baseline, off its τ, it stays visible)
     same = {k: _equals_dynamic(table, *k) for k in series}
     labels = {k: _series_label(*k) + _equals_tag(table, tpf, k, same[k]) for k in series}
     for j, b in enumerate(benches):
@@ -223,18 +226,25 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
         for algo, rule, d in series:
             h = g[_in_series(g, algo, rule, d)].sort_values("threshold")
             color, marker, ls = style[(algo, rule, d)]
-            on_base = dict(ls="--", ms=8, mfc="none", mew=1.8) if b in same[(algo, rule, d)] else dict(ls=ls, ms=5)
             ax.errorbar(h["threshold"] + dodge[algo, rule, d], h["mrp_remask_accuracy"],
-                        yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2,
-                        color=color, marker=marker, lw=1.6, zorder=4, label=labels[(algo, rule, d)],
-                        **on_base)  # fmt: skip
-        # the paper's series from its own table, at every τ it ran (0.5-0.9, whether or not we ran that τ): the
-        # table's paper columns sit beside our rows only, and are blank beside our rules the paper did not run
+                        yerr=_yerr(h, "mrp_remask_accuracy"), capsize=2, color=color, marker=marker, ms=5, ls=ls,
+                        lw=1.6, zorder=4, label=labels[(algo, rule, d)])  # fmt: skip
+        # the paper's series from its own table, at every τ it ran (0.5-0.9, whether or not we ran that τ), in the
+        # last row: the table's paper columns sit beside our rows only, and are blank beside our rules the paper did
+        # not run
         p = _paper_remasking(paper_model, g)
+        if with_paper:
+            pax = axes[-1][j]
+            pax.set_ylabel(f"{paper_model}, paper: {LABELS['accuracy']}")
+            pax.set_title(f"the paper's {paper_model} on {g['paper_benchmark'].iloc[0]}" if "paper_benchmark" in g
+                          else f"the paper's {paper_model}", fontsize=10)  # fmt: skip
+        if with_paper and not len(p):
+            pax.text(0.5, 0.5, f"the paper reports no remasking of {paper_model} here", transform=pax.transAxes,
+                     ha="center", va="center", color="0.45")  # fmt: skip
         if len(p):
-            ax.plot(p["threshold"], p["baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
+            pax.plot(p["threshold"], p["baseline_accuracy"], color="0.45", ls="--", marker="s", mfc="none",
                     label=f"dynamic, no remasking ({paper_model}, paper)")  # fmt: skip
-            ax.plot(p["threshold"], p["mrp_remask_accuracy"], color="0.45", ls="--", marker="o",
+            pax.plot(p["threshold"], p["mrp_remask_accuracy"], color="0.45", ls="--", marker="o",
                     label=f"MRP remask ({paper_model}, paper: its τ rule or the released δ veto)")  # fmt: skip
         ax.set_title(f"{b} (paper: {g['paper_benchmark'].iloc[0]})" if "paper_benchmark" in g else b)
         ax.set_ylabel(LABELS["accuracy"])
@@ -243,31 +253,42 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
             if b not in tpf.index.get_level_values(0):
                 raise ValueError(f"{what}: the runs hold no dynamic rows for {b}")
             t = tpf.loc[b]
+            base_tpf = {}
             for algo in algos:
                 key = (algo, "", -1.0)
                 if key not in t.index.droplevel(-1):
                     raise ValueError(f"{what}: the runs hold no {algo} dynamic rows for {b}")
-                d0 = t.loc[key].sort_index()
-                ax.plot(d0.index + dodge["base", algo, None], d0.to_numpy(), label=f"_tpf {algo} dynamic",
-                        **base_styles[algo])  # fmt: skip
+                base_tpf[algo] = d0 = t.loc[key].sort_index()
+                x0 = d0.index + dodge["base", algo, None]
+                ax.plot(x0, np.ones(len(d0)), label=f"_tpf {algo} dynamic", **base_styles[algo])
+                if algo == "ours":  # the scale: our dynamic(τ)'s own TPF, on the panel's top axis at each τ
+                    top = ax.secondary_xaxis("top")
+                    top.set_xticks(list(d0.index), [f"{v:.3g}" for v in d0.to_numpy()], fontsize=7)
+                    top.set_xlabel("dynamic(τ)'s own TPF (ours)", fontsize=8)
             for algo, rule, d in series:
                 key = (algo, rule, -1.0 if d is None else d)
                 if key in t.index.droplevel(-1):
-                    h = t.loc[key].sort_index()
+                    h = t.loc[key].sort_index() / base_tpf[algo]  # on its own family's dynamic(τ)
                     color, marker, ls = style[(algo, rule, d)]
                     ax.plot(h.index + dodge[algo, rule, d], h.to_numpy(), color=color, marker=marker, ms=5, ls=ls,
                             lw=1.6, zorder=4, label=f"_tpf {algo} {rule} {d}")  # fmt: skip
-            ax.set_ylabel("tokens per denoising forward")
-        axes[-1][j].set_xlabel(f"{LABELS['threshold']} (each series drawn a little off its τ)")
+            ax.set_ylabel("TPF ÷ its family's\ndynamic(τ) TPF")
+        axes[-1][j].set_xlabel(f"{LABELS['threshold']} (each measured series drawn a little off its τ)")
         axes[-1][j].set_xticks(sorted(table["threshold"].unique()))
     handles, labels = axes[0][0].get_legend_handles_labels()
+    if with_paper:  # the paper's series: from the panels that hold them, once each
+        for pax in axes[-1]:
+            for h, lab in zip(*pax.get_legend_handles_labels(), strict=True):
+                if lab not in labels:
+                    handles.append(h), labels.append(lab)
     order = sorted(range(len(labels)), key=lambda i: ("paper" in labels[i], i))  # measured here, then the paper
     ncol = 3
     fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="lower center", ncol=ncol, frameon=False,
                fontsize=8)  # fmt: skip
     for ax in axes.flat:  # after the legend: its keys keep each series' own marker
         nest_coincident_markers(ax)
-    fig.tight_layout(rect=(0, 0.035 * math.ceil(len(labels) / ncol) / nrows, 1, 1))
+    # the legend's rows (~0.16 in each at 8 pt) kept clear of the x labels
+    fig.tight_layout(rect=(0, min(0.5, (0.16 * math.ceil(len(labels) / ncol) + 0.1) / fig.get_size_inches()[1]), 1, 1))
     return fig
 
 
