@@ -217,8 +217,12 @@ def test_plot_counts_the_panels_where_a_rule_equals_dynamic():
     fig = pareto.plot_matched_speed(_as_dynamic(t, "delta", where=lambda d: d["axis"] == "tpf"))
     n_panels = len(fig.axes)
     lab = next(lab for lab in _remask_lines(fig) if lab.startswith("remask, rule delta"))
-    assert lab.endswith(f"(= dynamic in 2 of {n_panels} panels)"), lab
+    assert lab.endswith(f"(= dynamic in 2 of {n_panels} panels: hollow there)"), lab
     styles = {ax.get_xlabel(): next(ln for ln in ax.get_lines() if ln.get_label() == lab).get_linestyle()
               for ax in fig.axes}  # fmt: skip
     assert styles[pareto.AXIS_LABELS["tpf"]] == "--" and styles[pareto.AXIS_LABELS["wall_speedup"]] == "-"
+    # its legend key in the style of most panels, solid and filled, not of the first panel that drew it (dashed)
+    (key,) = [h for h, t in zip(fig.legends[0].legend_handles, fig.legends[0].get_texts(), strict=True)
+              if t.get_text() == lab]  # fmt: skip
+    assert key.get_linestyle() == "-" and str(key.get_markerfacecolor()) != "none"
     plt.close(fig)

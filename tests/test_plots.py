@@ -757,6 +757,17 @@ def test_crowded_labels_are_thinned_until_none_overlaps():
     assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
     assert all(ax.bbox.y0 <= b.y0 and b.y1 <= ax.bbox.y1 for b in boxes)
     matplotlib.pyplot.close(f)
+    # with matched_speed's merge, the kept τ label names the range of the points whose labels went
+    from mrp_repro.report import pareto
+
+    f, ax = matplotlib.pyplot.subplots()
+    for tau in (0.25, 0.3, 0.2):
+        ax.annotate(f"τ={tau:g}", (1.0, 1.0))
+    ax.set_xlim(-1, 2), ax.set_ylim(-1, 2)
+    assert plots_base.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels) == 2
+    assert [c.get_text() for c in ax.texts] == ["τ=0.2…0.3"]
+    assert pareto._merge_tau_labels("K=3", "τ=0.2") is None
+    matplotlib.pyplot.close(f)
 
 
 def test_series_colours_stay_distinct_beyond_the_palettes_size():

@@ -366,6 +366,17 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
         mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
 
 
+def _merge_tau_labels(kept: str, removed: str) -> str | None:
+    """The label of a frontier point that a removed τ label overlapped: the range of both ("τ=0.25…0.3"), so the
+    removed label's point is not read as the kept one's; None when either is not a τ label."""
+    import re
+
+    if not (kept.startswith("τ=") and removed.startswith("τ=")):
+        return None
+    vals = [float(v) for v in re.findall(r"[0-9]*\.?[0-9]+", kept[2:] + " " + removed[2:])]
+    return f"τ={min(vals):g}…{max(vals):g}"
+
+
 #: a panel's dynamic and remask points crowded into under this share of its speed axis get a zoomed inset
 ZOOM_SHARE = 0.25
 #: where an inset may go (axes fractions: x0, y0, width, height); the one over the fewest points is used
@@ -408,7 +419,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     the dynamic settings' own (same τ, speed and accuracy) is drawn dashed with larger hollow markers above the
     frontier on those panels, and its label says " (= dynamic)" (on every panel it is drawn on) or " (= dynamic in
     N of M panels)". A point of the wall-clock axis whose clock_gate (report.wallclock.mark_clock) is not in
-    schema.CLOCK_TRUSTED is marked (plots_base.mark_clock_gates: × a check failed, ○ unchecked), as speedup.png
+    schema.CLOCK_TRUSTED is marked (plots_base.mark_clock_gates: × a check failed, ◇ unchecked), as speedup.png
     marks its bars. A panel whose dynamic and remask points fill under ZOOM_SHARE of its speed axis (chain-math's TPF
     13.5-16 beside static's 1) has them again in a zoomed inset (_zoom_crowded), its frame marked on the panel."""
     import matplotlib.pyplot as plt
@@ -442,13 +453,17 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             for k in keys:
                 g = tr[(tr["rule"] == k[0]) & (t_series == k[1])].sort_values("threshold")
                 panels[bench, axis][k] = (g, _equals_dynamic(g, dyn))
-    series_labels = {}
+    series_labels, keys_style = {}, {}
     for rule, series in keys:
         drawn = [same for p in panels.values() for k, (g, same) in p.items() if k == (rule, series) and len(g)]
         on = sum(drawn)
-        tag = "" if not on else " (= dynamic)" if on == len(drawn) else f" (= dynamic in {on} of {len(drawn)} panels)"
+        tag = ("" if not on else " (= dynamic)" if on == len(drawn)
+               else f" (= dynamic in {on} of {len(drawn)} panels: hollow there)")  # fmt: skip
         what = f"{rule}, {series}" if rule in shared else rule
         series_labels[rule, series] = f"remask, rule {what} (τ points){tag}"
+        # its legend key in the style of most of its panels (not of whichever panel drew it first)
+        keys_style[series_labels[rule, series]] = (dict(ls="--", marker="s", ms=8, mfc="none", mew=1.5, lw=1.6)
+                                                   if on == len(drawn) else dict(ls="-", marker="s", ms=4, lw=1))  # fmt: skip
     for bi, bench in enumerate(benches):
         for ai, axis in enumerate(axes_names):
             ax = axes[bi][ai]
@@ -465,10 +480,16 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     for ax in fig.axes:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(lab, h)
+    from matplotlib.lines import Line2D
+
+    for lab, st in keys_style.items():
+        if lab in seen:
+            seen[lab] = Line2D([], [], color=seen[lab].get_color(), **st)
     handles, labels = list(seen.values()), list(seen)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:  # after the layout: the τ labels of the frontier's
-        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="))  # crowded fast end overprinted
+        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="),  # crowded fast end overprinted
+                                merge=_merge_tau_labels)
     return fig

@@ -199,13 +199,14 @@ def nest_coincident_markers(ax) -> None:
         drawn.append(ln)
 
 
-def drop_overlapping_labels(ax, keep=None) -> int:
+def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     """Remove each of `ax`'s annotations whose drawn text overlaps one kept before it (in the order they were
     added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). The annotations
     for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K) keeps its label;
     a τ label over one goes): one that overlaps an earlier kept one or leaves the panel is moved to the first of a
-    few places a line or two above or below that is clear (an annotation placed in offset points). Call it after
-    the figure's layout is final.
+    few places a line or two above or below that is clear (an annotation placed in offset points). `merge(kept,
+    removed)`: the text the kept label takes instead (None: unchanged), so a removed label's point is still named
+    (matched_speed: "τ=0.25" over "τ=0.3" becomes "τ=0.25…0.3"). Call it after the figure's layout is final.
     -> how many were removed."""
     from matplotlib.text import Annotation
 
@@ -222,16 +223,18 @@ def drop_overlapping_labels(ax, keep=None) -> int:
                 t.xyann = (dx, dy + shift * line)
                 box = t.get_window_extent(renderer)
                 inside = ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1
-                if inside and not any(box.overlaps(k) for k in kept):
+                if inside and not any(box.overlaps(b) for b, _ in kept):
                     break
-            kept.append(box)
+            kept.append((box, t))
         elif t in first:
-            kept.append(box)
-        elif any(box.overlaps(k) for k in kept):
+            kept.append((box, t))
+        elif (over := next((k for b, k in kept if box.overlaps(b)), None)) is not None:
+            if merge is not None and (text := merge(over.get_text(), t.get_text())) is not None:
+                over.set_text(text)
             t.remove()
             removed += 1
         else:
-            kept.append(box)
+            kept.append((box, t))
     return removed
 
 
@@ -322,12 +325,12 @@ def legend_points(fig) -> dict[str, int]:
 #: the legend entries of a wall-clock number whose clock gate (report.wallclock) did not pass: a sanity check failed
 #: (clock_gate "failed: ..."), or none was made (clock_gate "unchecked: ...", not re-timed by the repeated passes)
 GATE_FAILED_LABEL = "× clock gate failed (a sanity check failed)"
-GATE_UNCHECKED_LABEL = "○ clock unchecked (not re-timed by the repeated passes)"
+GATE_UNCHECKED_LABEL = "◇ clock unchecked (not re-timed by the repeated passes)"
 
 
 def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> dict[str, int]:
-    """Mark each wall-clock point (x, y) whose gate did not pass: a red × where a check failed, a grey ring where none
-    was made; a passed gate or the reference (schema.CLOCK_TRUSTED) and a blank gate get none. -> marks per label."""
+    """Mark each wall-clock point (x, y) whose gate did not pass: a red × where a check failed, a grey hollow diamond
+    where none was made (not a ring: matched_speed's hollow rings are the settings off the frontier); a passed gate or the reference (schema.CLOCK_TRUSTED) and a blank gate get none. -> marks per label."""
     from mrp_repro.measure.schema import CLOCK_TRUSTED
 
     g = pd.Series(list(gates), dtype=object).fillna("").astype(str).to_numpy()
@@ -336,7 +339,7 @@ def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> di
     unchecked = ~failed & (g != "") & ~np.isin(g, CLOCK_TRUSTED)
     out = {}
     for mask, label, style in ((failed, GATE_FAILED_LABEL, dict(marker="x", color="crimson", lw=1.8)),
-                               (unchecked, GATE_UNCHECKED_LABEL, dict(marker="o", facecolors="none",
+                               (unchecked, GATE_UNCHECKED_LABEL, dict(marker="D", facecolors="none",
                                                                       edgecolors="0.35", lw=1.4))):  # fmt: skip
         if mask.any():
             ax.scatter(x[mask], y[mask], s=size, zorder=zorder, label=label, **style)

@@ -290,7 +290,7 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
     (speedup_controls: the no-head drafter at every K, naive MTP at the direct steps) adds each no-MRP control as a
     hatched bar series of its own beside MRP's, in every panel of its batch size. A table with column clock_gate
     (report.wallclock.mark_clock) has each bar whose gate did not pass marked (plots_base.mark_clock_gates: × a
-    check failed, ○ unchecked)."""
+    check failed, ◇ unchecked)."""
     what = "plot_speedup"
     cols = ["benchmark", "batch_size", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi",
             "paper_throughput_speedup", "paper_model"]  # fmt: skip
@@ -367,9 +367,8 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
         ax.tick_params(labelleft=True)  # sharey hides them off the first column: every panel reads alone
     for row in grid:
         row[0].set_ylabel(LABELS["throughput_speedup"])
-    fig.suptitle(f"speedup per benchmark (paper, ◆: the released code's MRP speculative K = {PAPER_SPECULATIVE_K} "
-                 "and direct steps)",
-                 fontsize=10)  # fmt: skip
+    fig.suptitle(f"speedup per benchmark (◆: the paper's value, beside the released code's MRP speculative "
+                 f"K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps)", fontsize=10)  # fmt: skip
     _legend_below(fig, axes, ncol=ncols + 1)  # 2 per panel made the legend twice the panels' width
     return fig
 
