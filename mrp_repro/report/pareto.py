@@ -462,8 +462,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
         what = f"{rule}, {series}" if rule in shared else rule
         series_labels[rule, series] = f"remask, rule {what} (τ points){tag}"
         # its legend key in the style of most of its panels (not of whichever panel drew it first)
-        keys_style[series_labels[rule, series]] = (dict(ls="--", marker="s", ms=8, mfc="none", mew=1.5, lw=1.6)
-                                                   if on == len(drawn) else dict(ls="-", marker="s", ms=4, lw=1))  # fmt: skip
+        hollow = dict(ls="--", marker="s", ms=8, mfc="none", mew=1.5, lw=1.6)
+        keys_style[series_labels[rule, series]] = hollow if on == len(drawn) else dict(ls="-", marker="s", ms=4, lw=1)
     for bi, bench in enumerate(benches):
         for ai, axis in enumerate(axes_names):
             ax = axes[bi][ai]

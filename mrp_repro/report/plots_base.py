@@ -330,7 +330,8 @@ GATE_UNCHECKED_LABEL = "◇ clock unchecked (not re-timed by the repeated passes
 
 def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> dict[str, int]:
     """Mark each wall-clock point (x, y) whose gate did not pass: a red × where a check failed, a grey hollow diamond
-    where none was made (not a ring: matched_speed's hollow rings are the settings off the frontier); a passed gate or the reference (schema.CLOCK_TRUSTED) and a blank gate get none. -> marks per label."""
+    where none was made (not a ring: matched_speed's hollow rings are the settings off the frontier); a passed gate
+    or the reference (schema.CLOCK_TRUSTED) and a blank gate get none. -> marks per label."""
     from mrp_repro.measure.schema import CLOCK_TRUSTED
 
     g = pd.Series(list(gates), dtype=object).fillna("").astype(str).to_numpy()
