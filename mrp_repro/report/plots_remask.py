@@ -160,16 +160,18 @@ def plot_remasking(table: pd.DataFrame, runs: pd.DataFrame | None = None, contro
     remasking series per rule (its own colour, marker and line style, the same in every panel and in the legend). A
     table of both families (remasking_table(algorithm=None)) adds the upstream family's own dynamic baseline (grey)
     and one upstream remasking series per δ, each paired with its own baseline. With `runs` (the dynamic and remask
-    runs the table was built from), a second row: the TPF each series reaches, so a gain bought with fewer tokens per
+    runs the table was built from), a second row: the TPF each series reaches over its family's dynamic(τ) TPF at the
+    same τ (dynamic = 1; our dynamic(τ)'s own TPF on the panel's top axis), so a gain bought with fewer tokens per
     forward shows as such. With `controls` (controls_runs) and `runs`, the no-MRP remask controls as series of their
     own (the random veto, the head-free lowest-confidence veto: remasking_controls, n_boot / ci their CIs), beside the
     MRP rules. The paper's two series for the run's paper_model (grey, dashed: baseline and MRP remasking, at the τ the
     paper ran) sit in a row of their own below, on their own y axis: on our accuracy axis a backbone near its ceiling
     was squeezed into a sliver above the paper's curves (chain-math: ours 97-100, the paper's down to 67).
-    In the accuracy row every measured series is drawn a little off its τ (dodge_offsets: at most ±0.3 of the τ
-    grid's smallest step; the ticks are the τ it ran), so the error bars of rules that equal dynamic (τ = 0.9, where
-    nothing is revoked) sit side by side instead of on one another. The TPF row draws every series at its own τ: an
-    offset along a steep TPF curve read as a TPF that series does not reach. Each accuracy panel has its own y axis (a
+    Every measured series is drawn a little off its τ (dodge_offsets: at most ±0.3 of the τ grid's smallest step,
+    the same offset in both rows; the ticks are the τ it ran), so the error bars of rules that equal dynamic (τ = 0.9,
+    where nothing is revoked) sit side by side instead of on one another. The TPF row is a ratio because of that
+    offset: drawn as TPF, an offset along a steep TPF curve read as a TPF the series does not reach; a ratio to
+    dynamic(τ) is flat where the two decode alike. Each accuracy panel has its own y axis (a
     benchmark near its ceiling is not squeezed into another's range); the TPF ratio row shares one (a 2% loss of
     speed on one benchmark looked as steep as a 34% loss on the other). The legend sits below the panels.
 
