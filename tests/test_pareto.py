@@ -226,3 +226,24 @@ def test_plot_counts_the_panels_where_a_rule_equals_dynamic():
               if t.get_text() == lab]  # fmt: skip
     assert key.get_linestyle() == "-" and str(key.get_markerfacecolor()) != "none"
     plt.close(fig)
+
+
+def test_point_labels_sit_over_the_frontier_line_and_under_every_marker():
+    """matched_speed's τ and K labels: a white halo around the glyphs, drawn above the frontier's line (which crossed
+    the text) and under every other series' markers and direct(K)'s triangles (a label never hides a marker)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
+    from matplotlib.text import Annotation
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    fig = pareto.plot_matched_speed(t)
+    ax = fig.axes[0]
+    labels = [c for c in ax.get_children() if isinstance(c, Annotation)]
+    assert any(x.get_text().startswith("τ=") for x in labels) and any(x.get_text().startswith("K=") for x in labels)
+    frontier = next(ln for ln in ax.get_lines() if ln.get_label().startswith("dynamic frontier"))
+    markers = [a for a in ax.get_children() if isinstance(a, PathCollection) or a in ax.get_lines()]
+    others = [a for a in markers if a is not frontier]
+    assert len(others) > 2
+    for x in labels:
+        assert x.get_path_effects() and frontier.get_zorder() < x.get_zorder() < min(a.get_zorder() for a in others)
+    plt.close(fig)

@@ -11,6 +11,7 @@ import io
 import math
 
 import matplotlib
+import numpy as np
 import pandas as pd
 
 matplotlib.use("Agg")
@@ -218,6 +219,39 @@ def test_the_figure_and_aup_never_join_a_methods_rules_into_one_curve(smoke_prof
     plt.close(fig)
     a = peers.aup_table(t)
     assert sorted(a.loc[a["method"] == "remask", "rule"]) == rules
+
+
+def test_the_figure_draws_rules_on_one_point_side_by_side(runs):
+    """Two remasking rules that revoke nothing sit on one point per τ (chain-math's delta, loo and logp-delta): the
+    figure draws them SIDE_BY_SIDE_PT apart, each marker and CI visible, and says so in the panel's title; a panel
+    where no series shares a point draws every series at its x and says nothing."""
+    t = peers.peers_table(runs, head_cost=0.5, row_cost=0.25, n_boot=20)
+    rem = t[t["method"] == "remask"]
+    r1, r2 = sorted(set(rem["rule"]))[:2]
+    cols = ["charged_tpf", "accuracy", "accuracy_lo", "accuracy_hi"]
+    bench = t["benchmark"].iloc[0]
+    tau = t["setting"].str.extract(r"^remask\(([\d.]+),", expand=False)
+    copy = t.copy()
+    for v in tau.dropna().unique():
+        at = (copy["method"] == "remask") & (tau == v) & (copy["benchmark"] == bench)
+        copy.loc[at & (copy["rule"] == r2), cols] = copy.loc[at & (copy["rule"] == r1), cols].to_numpy()
+    fig = peers.plot_peers(copy)
+    series = methods.get("remask").series
+    top = fig.axes[0]
+    assert top.get_title().endswith(peers.SIDE_BY_SIDE_NOTE)
+    drawn = {c.get_label(): c.lines[0] for c in top.containers}  # each errorbar's data line
+    a, b = (drawn[f"{series}, rule {r} [ours]"] for r in (r1, r2))
+    xa, xb = (ln.get_transform().transform(np.column_stack([ln.get_xdata(), ln.get_ydata()])) for ln in (a, b))
+    np.testing.assert_allclose(np.abs(xb[:, 0] - xa[:, 0]), peers.SIDE_BY_SIDE_PT * fig.dpi / 72)
+    np.testing.assert_allclose(xb[:, 1], xa[:, 1])
+    assert not plots_base.hidden_markers(fig)
+    plt.close(fig)
+    lossy = t[t["method"].map(lambda m: methods.get(m).lossless is None) & t["charged_tpf"].notna()]
+    shared = {b: g.duplicated(["charged_tpf", "accuracy"]).any() for b, g in lossy.groupby("benchmark")}
+    fig = peers.plot_peers(t)
+    for ax, b in zip(fig.axes, t["benchmark"].unique(), strict=False):
+        assert ax.get_title().endswith(peers.SIDE_BY_SIDE_NOTE) == bool(shared[b])
+    plt.close(fig)
 
 
 def test_peer_runs_reads_the_settings_modes_runs_holds_and_equals_decoding_them(small, models, tmp_runs, monkeypatch):

@@ -160,19 +160,19 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     assert {k: len(v.patches) for k, v in bars.items()} == dict.fromkeys(want, len(BENCHES))
     assert sorted(_fig_legend(fig)) == sorted(want + ["paper (SDAR-8B)"])
     assert sorted(t.get_text() for t in ax.get_xticklabels()) == sorted(BENCHES)
-    marks = [c for c in ax.collections if c.get_label().startswith("paper") or c.get_label().startswith("_")]
-    xs = np.concatenate([c.get_offsets()[:, 0] for c in marks if len(c.get_offsets())])
-    # the paper's number is the released code's K = 3: beside the upstream K = 3 bars, nowhere else
-    # (each ◆ over its bar, right of its centre: off the CI's cap)
-    span = {k: [(p.get_x() + p.get_width() / 2, p.get_x() + p.get_width()) for p in v.patches] for k, v in bars.items()}
-    def over(lo_hi):
-        return ((xs > lo_hi[0]) & (xs < lo_hi[1])).any()
+    # the paper's number is the released code's K = 3: a black line across each upstream K = 3 bar, exactly its
+    # width (a ◆ at a bar's edge was claimed by the bar beside it), and across no other speculative bar
+    segs = [seg for c in ax.collections if c.get_label() == "paper (SDAR-8B)" for seg in c.get_segments()]
+    assert segs and all(seg[0][1] == seg[1][1] for seg in segs)  # horizontal
 
-    assert all(over(b) for b in span["MRP speculative K=3, released code (upstream)"])
+    def over(p) -> bool:
+        return any(np.allclose([seg[0][0], seg[1][0]], [p.get_x(), p.get_x() + p.get_width()]) for seg in segs)
+
     up3 = "MRP speculative K=3, released code (upstream)"
-    others = [b for k, v in span.items() if "speculative" in k and k != up3 for b in v]
-    assert not any(over(b) for b in others)
-    assert all(over(b) for k in ("MRP direct step 1", "MRP direct step 2") for b in span[k])  # the paper's
+    assert all(over(p) for p in bars[up3].patches)
+    assert not any(over(p) for k, v in bars.items() if "speculative" in k and k != up3 for p in v.patches)
+    assert all(over(p) for k in ("MRP direct step 1", "MRP direct step 2") for p in bars[k].patches)  # the paper's
+    assert len(segs) == sum(len(bars[k].patches) for k in (up3, "MRP direct step 1", "MRP direct step 2"))
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):
@@ -221,7 +221,7 @@ def test_speedup_figure_one_batch_size_per_panel(tmp_path):
                       (synthetic_runs(n=N, batch_size=1, algorithms=("ours", "upstream")),
                        synthetic_runs(n=N, batch_size=32, algorithms=("ours", "upstream")))])  # fmt: skip
     fig2 = plots.plot_speedup(both.assign(paper_throughput_speedup=1.4))
-    per_panel = [sum(len(c.get_offsets()) for c in ax.collections if c.get_label().startswith("paper"))
+    per_panel = [sum(len(c.get_segments()) for c in ax.collections if c.get_label().startswith("paper"))
                  for ax in fig2.axes]  # fmt: skip
     assert per_panel == [len(BENCHES), 0]
     matplotlib.pyplot.close(fig2)
@@ -642,22 +642,19 @@ def test_speedup_figure_draws_each_control_beside_mrp(tmp_path):
     fig = plots.plot_speedup(spec.assign(clock_gate="passed"), None, gated)
     marks = [c for ax in fig.axes for c in ax.collections if c.get_label() == plots.GATE_UNCHECKED_LABEL]
     assert sum(len(c.get_offsets()) for c in marks) == len(gated[gated["batch_size"].isin([1, 32])])
-    # a failed gate's × sits above the paper's ◆ of its bar (under it, it hid half the ◆); the ◆ sits at the bar's
-    # right edge, off the centre where its CI's cap is
+    # a failed gate's × sits above the paper's line across its bar (under it, it hid half of it), over the bar
     both = synthetic_runs(n=N, algorithms=("ours", "upstream"), batch_size=1)  # upstream K = 3: the paper's ◆
     both_spec = plots.at_batch(paper.speculative_table(both, n_boot=10), both)
     both_spec["paper_throughput_speedup"] += both_spec["throughput_speedup_hi"]  # the ◆ above the bar's CI
     fig = plots.plot_speedup(both_spec.assign(clock_gate="failed: passes disagree"))
     checked = 0
     for ax in fig.axes:
-        paper_pts = [c.get_offsets() for c in ax.collections if c.get_label().startswith("paper (")]
+        paper_segs = [s for c in ax.collections if c.get_label().startswith("paper (") for s in c.get_segments()]
         crosses = [c.get_offsets() for c in ax.collections if c.get_label() == plots.GATE_FAILED_LABEL]
-        for px, py in (p for pts in paper_pts for p in np.asarray(pts)):
+        for (x0, py), (x1, _) in paper_segs:
             xy = np.concatenate([np.asarray(cs) for cs in crosses])
-            x, y = xy[np.abs(xy[:, 0] - px).argmin()]  # the × of its bar: at the bar's centre, the nearest
-            bars = [p for c in ax.containers if hasattr(c, "patches") for p in c.patches]
-            bar = min(bars, key=lambda p: abs(p.get_x() + p.get_width() / 2 - x))
-            assert y > py and 0 < px - x < bar.get_width() / 2, (px, py, x, y)
+            x, y = xy[np.abs(xy[:, 0] - (x0 + x1) / 2).argmin()]  # the × of its bar: at the bar's centre, the nearest
+            assert y > py and x0 < x < x1, (x0, x1, py, x, y)
             checked += 1
     assert checked > 0
 
@@ -732,6 +729,32 @@ def test_nesting_hollows_only_the_covered_point_and_the_remasking_series_sit_apa
         assert not nested, nested
     assert fig.axes[0].get_shared_y_axes().get_siblings(fig.axes[0]) == [fig.axes[0]]
     matplotlib.pyplot.close(fig)
+
+
+def test_series_on_one_point_are_drawn_side_by_side_and_no_longer_hide_each_other():
+    """side_by_side_offsets groups series that share a point (transitively) and spreads each group `step` points
+    apart around the true x; shift draws a series that far sideways after autoscaling read its data, and the checks
+    compare where markers are drawn (a shifted series neither hides nor nests under the one it shares a point with)."""
+    off = plots_base.side_by_side_offsets({"a": [(1, 2), (3, 4)], "b": [(3, 4)], "c": [(3, 4), (5, 6)], "d": [(9, 9)],
+                                           "e": [(5, 6)], "f": [(float("nan"), 1)]}, step=8)  # fmt: skip
+    assert off == {"a": -12.0, "b": -4.0, "c": 4.0, "e": 12.0, "d": 0.0, "f": 0.0}  # e joins through c
+    assert plots_base.side_by_side_offsets({"a": [(1, 2)], "b": [(1, 2.5)]}, step=8) == {"a": 0.0, "b": 0.0}
+    f, ax = matplotlib.pyplot.subplots()
+    lines = [ax.errorbar([10, 20], [50, 60], yerr=5, marker="o", capsize=2, label=k) for k in ("a", "b")]
+    assert len(plots.hidden_markers(f)) == 1  # b's markers over a's
+    for c, k in zip(lines, ("a", "b"), strict=True):
+        plots_base.shift(ax, c, {"a": -4.5, "b": 4.5}[k])
+    f.canvas.draw()
+    assert ax.get_xlim()[0] < 10 and ax.get_xlim()[1] > 20 and ax.get_ylim()[0] < 45 and ax.get_ylim()[1] > 65
+    (xa, ya), (xb, yb) = (c.lines[0].get_transform().transform([(10, 50)])[0] for c in lines)
+    assert xb - xa == pytest.approx(9 * f.dpi / 72) and ya == yb  # 9 points apart, at one height
+    for c in lines:  # each CI (its bar and caps) moves with its marker
+        assert len(c.get_children()) == 4 and all(a.get_transform() is c.lines[0].get_transform()
+                                                  for a in c.get_children())  # fmt: skip
+    assert plots.hidden_markers(f) == []
+    plots.nest_coincident_markers(ax)
+    assert not [ln for ln in ax.get_lines() if ln.get_label().startswith(plots_base.NESTED_PREFIX)]
+    matplotlib.pyplot.close(f)
 
 
 def test_crowded_labels_are_thinned_until_none_overlaps():

@@ -330,6 +330,16 @@ def _equals_dynamic(g: pd.DataFrame, dyn: pd.DataFrame) -> bool:
     return bool((np.abs(s - s0) <= tol).all() and (np.abs(a - a0) <= _SAME_ACC_ATOL).all())
 
 
+def _label_style() -> dict:
+    """A point's label (τ, K) in plot_matched_speed: a thin white halo around its glyphs, above the frontier's line
+    (zorder 3) and the grid, which crossed the text; under the remask series and direct(K)'s markers (zorder 4-5), so
+    a label never hides a marker (a box under the whole label greyed the line and the markers it covered)."""
+    from matplotlib import patheffects
+
+    return dict(fontsize=7, textcoords="offset points", zorder=3.5,
+                path_effects=[patheffects.withStroke(linewidth=2.2, foreground="white")])  # fmt: skip
+
+
 def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict, colors: dict, series_labels: dict,
                         legend: bool = True) -> None:
     """One panel of plot_matched_speed (its docstring): `t` the table's rows of one benchmark and axis, `panel` each
@@ -341,11 +351,11 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
     ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
     ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label=name("dynamic frontier (static, dynamic τ)"), zorder=3)
     # every frontier setting hollow: those on the frontier are filled by the line's markers
-    ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=3,
+    ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=4,
                label=name("static or dynamic τ off the frontier (hollow)"))  # fmt: skip
     for _, r in fr.iterrows():
         lab = "static" if r["mode"] == "static" else f"τ={r['threshold']:g}"
-        ax.annotate(lab, (r["speed"], r["accuracy"]), fontsize=7, xytext=(3, -9), textcoords="offset points")
+        ax.annotate(lab, (r["speed"], r["accuracy"]), xytext=(3, -9), **_label_style())
     n_same = 0  # series on the dynamic points so far: each next one's hollow markers a size larger, so
     for k in keys:  # several (δ 1, 2, 4 of upstream, say) nest rather than hide one another
         g, same = panel[k]
@@ -360,7 +370,7 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
     # over the other read as one setting; set off enough to clear a wall-clock gate's ring (size 70)
     for (speed, acc), at in d.groupby(["speed", "accuracy"], sort=False):
         ks = ",".join(str(int(k)) for k in at["K"])
-        ax.annotate(f"K={ks}", (speed, acc), fontsize=7, xytext=(5, 5), textcoords="offset points")
+        ax.annotate(f"K={ks}", (speed, acc), xytext=(5, 5), **_label_style())
     nest_coincident_markers(ax)  # two rules on one point (loo and sequential on chain-math) nest, not hide
     if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
         mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
@@ -395,7 +405,7 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     ys = crowd["accuracy"].to_numpy(float)
     ys = ys[np.isfinite(ys)]
     pad_x, pad_y = max(0.08 * np.ptp(xs), 0.05), max(0.12 * np.ptp(ys), 0.25)
-    ax.figure.canvas.draw()  # the panel's limits as drawn
+    ax.get_xlim(), ax.get_ylim()  # the panel's limits autoscaled (a full canvas.draw() per panel cost as much)
     pts = ax.transAxes.inverted().transform(ax.transData.transform(np.column_stack([all_x, t["accuracy"]])))
     inside = lambda b: int(((pts[:, 0] >= b[0]) & (pts[:, 0] <= b[0] + b[2])  # noqa: E731
                             & (pts[:, 1] >= b[1]) & (pts[:, 1] <= b[1] + b[3])).sum())  # fmt: skip

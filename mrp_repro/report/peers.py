@@ -58,6 +58,8 @@ from mrp_repro.report.plots_base import (
     _yerr,
     nest_coincident_markers,
     set_theme,
+    shift,
+    side_by_side_offsets,
 )
 
 __all__ = ["GRID", "REUSE_FROM", "TABLE", "FIGURE", "PEERS_COLUMNS", "grid_settings", "grid_methods", "decode",
@@ -81,6 +83,10 @@ PEERS_COLUMNS = ["model", "benchmark", "method", "family", "algorithm", "setting
 _SPEED = ["tpf", "weighted_tpf", "charged_tpf", "throughput_speedup", "throughput_speedup_lo", "throughput_speedup_hi"]
 #: one marker per method, in registration order (a colour each too: plots_base's palette)
 _MARKERS = ("s", "o", "D", "^", "v", "P", "X", "<", ">", "h", "*", "p")
+#: how far apart (points) the top panels draw series that share a point: a marker's width (ms 7, edge 1.6)
+SIDE_BY_SIDE_PT = 9.0
+#: the top panel's title note where it draws series side by side
+SIDE_BY_SIDE_NOTE = f"\n(series at one point drawn side by side, {SIDE_BY_SIDE_PT:g} pt apart)"
 
 
 # ----------------------------------------------------------------------------- the grid
@@ -368,7 +374,9 @@ def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
     (its declared series and family), or a method and rule where the method's settings hold several rules (MRP
     remasking's rules are separate curves, never one line through all of them), its settings joined in x order; a
     marker on an earlier method's point is drawn hollow and larger, at that point only
-    (plots_base.nest_coincident_markers).
+    (plots_base.nest_coincident_markers), except where series share a point: those are drawn side by side,
+    SIDE_BY_SIDE_PT apart around it (plots_base.side_by_side_offsets; the panel's title says so), so each marker and
+    its CI shows.
     Bottom: the lossless methods (a declared reference): their accuracy is their reference's by token identity, so
     on the top row they would sit in one cluster at their reference's accuracy, hiding each other (the chain and
     Spiffy's graph at D = K coincide by construction). Each setting is its own bar of `x` (log scale), in the
@@ -402,15 +410,22 @@ def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
     for col, b in enumerate(benches):
         ax = axes[0][col]
         g = table[(table["benchmark"] == b) & table[x].notna()]
-        for n in names:
-            h = g[(g["method"] == n[0]) & (g["rule"] == n[1])].sort_values(x)
-            if h.empty or n[0] in lossless:
-                continue
+        drawn = {n: g[(g["method"] == n[0]) & (g["rule"] == n[1])].sort_values(x) for n in names
+                 if n[0] not in lossless}  # fmt: skip
+        drawn = {n: h for n, h in drawn.items() if not h.empty}
+        # series on one point (chain-math: rules delta, loo and logp-delta revoke nothing at τ 0.6-0.9, so each sits
+        # on dynamic(τ)'s point) are drawn side by side, a marker's width apart, so each marker and CI shows
+        dx = side_by_side_offsets({n: list(zip(h[x], h["accuracy"], strict=True)) for n, h in drawn.items()},
+                                  SIDE_BY_SIDE_PT)  # fmt: skip
+        for n, h in drawn.items():
             peer = methods.get(n[0]).family == "peer"
-            ax.errorbar(h[x], h["accuracy"], yerr=_yerr(h, "accuracy"), color=colors[n], marker=marker[n], ms=7,
-                        mfc="white" if peer else colors[n], mew=1.6, capsize=2, lw=1.4, ls="--" if peer else "-",
-                        label=label(n))  # fmt: skip
-        ax.set_title(f"{b}: methods that trade accuracy for speed", fontsize=10)
+            bars = ax.errorbar(h[x], h["accuracy"], yerr=_yerr(h, "accuracy"), color=colors[n], marker=marker[n],
+                               ms=7, mfc="white" if peer else colors[n], mew=1.6, capsize=2, lw=1.4,
+                               ls="--" if peer else "-", label=label(n))  # fmt: skip
+            shift(ax, bars, dx[n])
+        side_by_side = any(v != 0 for v in dx.values())
+        note = SIDE_BY_SIDE_NOTE if side_by_side else ""
+        ax.set_title(f"{b}: methods that trade accuracy for speed{note}", fontsize=10)
         ax.set_xlabel(xlabel, fontsize=9)
         ax.set_ylabel(LABELS["accuracy"])
         if rows == 2:

@@ -4,6 +4,8 @@
     plots_base.save_figure(fig, profile, "speedup")      # figures/<profile>/speedup.{png,pdf}
     plots_base.legend_points(fig)                         # legend entry -> finite points drawn (0: an empty series)
     plots_base.hidden_markers(fig)                        # markers drawn exactly over others (none in a good figure)
+    dx = plots_base.side_by_side_offsets({"a": [(1, 2)], "b": [(1, 2)]}, step=8)   # {"a": -4.0, "b": 4.0} (points)
+    plots_base.shift(ax, ax.errorbar(x, y), dx["a"])                       # series "a" drawn 4 points left
 
 The figures themselves: report.plots_speed (speculative, speedup, lookahead, kernels), report.plots_remask
 (remasking, trajectory), report.plots_training (training curves, adjacent-step similarity), report.peers (MRP beside
@@ -27,7 +29,7 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
            "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL", "mark_clock_gates",
-           "hidden_markers", "drop_overlapping_labels", "NESTED_PREFIX"]  # fmt: skip
+           "hidden_markers", "drop_overlapping_labels", "NESTED_PREFIX", "side_by_side_offsets", "shift"]  # fmt: skip
 
 
 PALETTE = "colorblind"
@@ -147,10 +149,52 @@ def _data(ln) -> tuple[np.ndarray, np.ndarray]:
     return xy, shown
 
 
+def _on_screen(transform, xy: np.ndarray) -> np.ndarray:
+    """Where points `xy` are drawn (display units) through the artist's `transform`: two markers coincide where they
+    are drawn, so a series drawn sideways (shift) no longer sits on the point it shares in data."""
+    return transform.transform(xy) if len(xy) else np.zeros((0, 2))
+
+
 def _points(ln) -> np.ndarray:
-    """The finite (x, y) points where `ln` draws a marker (its markevery mask applied)."""
+    """Where `ln` draws a marker (display units; its markevery mask applied)."""
     xy, shown = _data(ln)
-    return xy[shown]
+    return _on_screen(ln.get_transform(), xy[shown])
+
+
+def shift(ax, artists, dx_points: float) -> None:
+    """Draw `artists` (drawn on `ax` in data units: a line, an errorbar container) `dx_points` typographic points
+    sideways, beside the x they are at (side_by_side_offsets). Called after drawing them, so the axis' data limits
+    are their data's (drawn through a moved transform, autoscaling read nothing of them)."""
+    from matplotlib.container import Container
+    from matplotlib.transforms import ScaledTranslation
+
+    if dx_points == 0:
+        return
+    moved = ax.transData + ScaledTranslation(dx_points / 72.0, 0.0, ax.figure.dpi_scale_trans)
+    for a in artists.get_children() if isinstance(artists, Container) else [artists]:
+        a.set_transform(moved)
+
+
+def side_by_side_offsets(points: dict, step: float) -> dict:
+    """Sideways offsets (points) for series that share a point exactly: series (keys, in order; values: their (x,
+    y) points) are grouped when one's point equals another's, transitively; a group of n is spread `step` apart,
+    symmetric around the true x, in key order; a series that shares no point keeps 0. peers.png: rules delta, loo
+    and logp-delta revoke nothing at chain-math's τ 0.6-0.9, so the three sit on one point at each of those τ."""
+    keys = list(points)
+    pts = {k: {(float(x), float(y)) for x, y in points[k] if math.isfinite(x) and math.isfinite(y)} for k in keys}
+    group = {k: i for i, k in enumerate(keys)}  # union-find by smallest index: groups keep key order
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            if pts[a] & pts[b]:
+                ga, gb = group[a], group[b]
+                for k in keys:
+                    if group[k] == max(ga, gb):
+                        group[k] = min(ga, gb)
+    out = {}
+    for g in dict.fromkeys(group.values()):
+        members = [k for k in keys if group[k] == g]
+        out |= {k: (j - (len(members) - 1) / 2) * step for j, k in enumerate(members)}
+    return out
 
 
 def _coincide(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> np.ndarray:
@@ -181,9 +225,10 @@ def nest_coincident_markers(ax) -> None:
         if ln.get_label().startswith(NESTED_PREFIX):
             continue
         xy, shown = _data(ln)  # a second call sees the first one's overlays, not the markers it hid
+        at = _on_screen(ln.get_transform(), xy)
         covered, under = np.zeros(len(xy), bool), []
         for o in drawn:
-            on = _coincide(xy, _points(o)) & shown
+            on = _coincide(at, _points(o)) & shown
             if on.any():
                 covered |= on
                 under.append(o)
@@ -191,6 +236,7 @@ def nest_coincident_markers(ax) -> None:
             size = max(ln.get_markersize(), *(o.get_markersize() for o in under))
             ln.set_markevery(list(shown & ~covered))
             (over,) = ax.plot(xy[covered, 0], xy[covered, 1], ls="none", marker=ln.get_marker(), mfc="none",
+                              transform=ln.get_transform(),
                               mec=ln.get_markeredgecolor() if ln.get_markerfacecolor() == "none" else ln.get_color(),
                               mew=max(ln.get_markeredgewidth(), 1.5), ms=size + 2.5,
                               zorder=max(ln.get_zorder(), *(o.get_zorder() for o in under)) + 0.1,
@@ -214,9 +260,10 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     kept, removed = [], 0
     labels = [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]
     first = [t for t in labels if keep is not None and keep(t.get_text())]
-    for t in first + [t for t in labels if t not in first]:
+    firsts = set(map(id, first))
+    for t in first + [t for t in labels if id(t) not in firsts]:
         box = t.get_window_extent(renderer)
-        if t in first and t.anncoords == "offset points":
+        if id(t) in firsts and t.anncoords == "offset points":
             dx, dy = t.xyann
             line = box.height * 72.0 / ax.figure.dpi
             for shift in (0, 1.2, -1.5, 2.4, -2.7, 3.6, -3.9):  # the first place clear of the kept ones, in the panel
@@ -226,7 +273,7 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
                 if inside and not any(box.overlaps(b) for b, _ in kept):
                     break
             kept.append((box, t))
-        elif t in first:
+        elif id(t) in firsts:
             kept.append((box, t))
         elif (over := next((k for b, k in kept if box.overlaps(b)), None)) is not None:
             if merge is not None and (text := merge(over.get_text(), t.get_text())) is not None:
@@ -243,6 +290,7 @@ def _marker_artists(ax) -> list[tuple[str, np.ndarray, float, bool, bool]]:
     markers, in drawing order (zorder, then insertion). A scatter's size is sqrt(s); hollow: transparent faces;
     faceless: a marker of strokes only (×, +: a path that never closes), which covers nothing."""
     from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.markers import MarkerStyle
     from matplotlib.path import Path as MplPath
 
     lines = set(_marker_lines(ax))
@@ -250,10 +298,11 @@ def _marker_artists(ax) -> list[tuple[str, np.ndarray, float, bool, bool]]:
     for a in sorted(ax.get_children(), key=lambda a: a.get_zorder()):  # stable: insertion order within a zorder
         if a in lines:
             hollow = str(a.get_markerfacecolor()) == "none"
-            out.append((a.get_label(), _points(a), float(a.get_markersize()), hollow, not a._marker.is_filled()))
+            faceless = not MarkerStyle(a.get_marker()).is_filled()
+            out.append((a.get_label(), _points(a), float(a.get_markersize()), hollow, faceless))
         elif isinstance(a, PathCollection) and not isinstance(a, LineCollection) and a.get_visible():
             pts = np.asarray(a.get_offsets(), float).reshape(-1, 2)
-            pts = pts[np.isfinite(pts).all(1)]
+            pts = _on_screen(a.get_offset_transform(), pts[np.isfinite(pts).all(1)])
             sizes = np.asarray(a.get_sizes(), float)
             size = float(np.sqrt(sizes.max())) if sizes.size else 0.0
             faces = np.asarray(a.get_facecolors(), float).reshape(-1, 4)

@@ -284,8 +284,8 @@ def speedup_controls(*runs: pd.DataFrame, steps=(1, 2), n_boot: int = 1000, ci: 
 def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, controls: pd.DataFrame | None = None):
     """Wall-clock speedup over static per benchmark, one panel per batch size (a speedup at batch 1 and one at
     batch 32 are different measurements and never share an axis): one bar series per speculative K and per direct
-    step (ours with CI), the paper's number as a black diamond on each bar it stands beside (speculative: batch 1
-    only, the paper's latency regime). Each table carries
+    step (ours with CI), the paper's number as a black line across each bar it stands beside, exactly the bar's
+    width (speculative: batch 1 only, the paper's latency regime). Each table carries
     the batch size of its runs in column batch_size (plots.at_batch); a table may hold several. `controls`
     (speedup_controls: the no-head drafter at every K, naive MTP at the direct steps) adds each no-MRP control as a
     hatched bar series of its own beside MRP's, in every panel of its batch size. A table with column clock_gate
@@ -353,11 +353,12 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
                    capsize=3, **hatch)  # fmt: skip
             has = g["paper_throughput_speedup"].notna().to_numpy()
             if has.any():
-                # at the bar's right edge, off its CI's cap (on the bar's centre it hid the cap's top)
-                ax.scatter(x[has] + 0.3 * width, g["paper_throughput_speedup"].to_numpy()[has], marker="D",
-                           color="black", zorder=3, s=22, label=f"paper ({models[0]})")  # fmt: skip
+                # a black line across its bar, exactly its width: a ◆ beside the CI's cap sat on the edge it shares
+                # with the next bar (direct step and its naive MTP control), claimed by both
+                ax.hlines(g["paper_throughput_speedup"].to_numpy()[has], x[has] - width / 2, x[has] + width / 2,
+                          colors="black", lw=2.4, zorder=3, label=f"paper ({models[0]})")  # fmt: skip
             if "clock_gate" in g:  # a number whose clock gate did not pass is drawn, marked, never silently
-                # above the bar's CI and above the paper's ◆ where it has one (under it, the × hid half the ◆)
+                # above the bar's CI and above the paper's line where it has one (under it, the × hid half of it)
                 top = np.fmax(g["throughput_speedup_hi"].fillna(g["throughput_speedup"]).to_numpy(float),
                               g["paper_throughput_speedup"].to_numpy(float))  # fmt: skip
                 mark_clock_gates(ax, x, top + 0.06 * np.nanmax([top.max(), 1.0]), g["clock_gate"], zorder=4)
@@ -367,8 +368,9 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
         ax.tick_params(labelleft=True)  # sharey hides them off the first column: every panel reads alone
     for row in grid:
         row[0].set_ylabel(LABELS["throughput_speedup"])
-    fig.suptitle(f"speedup per benchmark (◆: the paper's value, beside the released code's MRP speculative "
-                 f"K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps)", fontsize=10)  # fmt: skip
+    fig.suptitle(f"speedup per benchmark (a black line across a bar: the paper's value for that bar, the released "
+                 f"code's MRP speculative K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps)",
+                 fontsize=10)  # fmt: skip
     _legend_below(fig, axes, ncol=ncols + 1)  # 2 per panel made the legend twice the panels' width
     return fig
 
