@@ -26,10 +26,11 @@ A Method (frozen):
 The declarations below reproduce today's grids: the settings of the methods with "modes_runs" in `runs` are
 measure.runs.settings_for(profile, head) and those with "controls_runs" report.grids.control_settings(profile, head)
 (tests/test_methods.py checks both, setting for setting); the peers add spiffy, spiffy-dynamic, wino and s2d2 (where
-decoding.s2d2_thresholds declares an AR mode), and name the no-head drafter speculative(K, naive) as the SSD / FreeDave chain. peers_runs (report.peers) is decoded from
-this registry: every method with "peers_runs" in `runs` (the peers, and static, dynamic, MRP speculative and
-remasking beside them, with the SSD / FreeDave chain), each lossless method's reference, and PeerStatic, the peer
-family's static(1) (measure.runs.collect_runs takes one static per algorithm as its identical_to_static reference).
+decoding.s2d2_thresholds declares an AR mode), and name the no-head drafter speculative(K, naive) as the SSD / FreeDave
+chain. peers_runs (report.peers) is decoded from this registry: every method with "peers_runs" in `runs` (the peers, and
+static, dynamic, MRP speculative and remasking beside them, with the SSD / FreeDave chain), each lossless method's
+reference, and PeerStatic, the peer family's static(1) (measure.runs.collect_runs takes one static per algorithm as its
+identical_to_static reference).
 """
 
 from __future__ import annotations
@@ -374,7 +375,8 @@ def _s2d2_build(head, tau, score_cost):
 
 def _s2d2_grid(profile, head):
     """S2D2 at every decoding.s2d2_thresholds τ (empty: the profile declares no AR mode to verify with), routed with
-    S2D2's SDAR cost for the block size: c = 1 at block 4 or less, c = 0 (every step verifies) above (their block 16)."""
+    S2D2's SDAR cost for the block size: c = 1 at block 4 or less, c = 0 (every step verifies) above
+    (their block 16)."""
     c = 1.0 if profile.block_size <= 4 else 0.0
     return [dict(tau=t, score_cost=c) for t in profile.decoding.s2d2_thresholds]
 

@@ -142,7 +142,7 @@ def test_refine_frontier_decodes_midpoints_until_no_segment_is_too_wide(monkeypa
     assert pareto.refine_taus(out, P.decoding.frontier_max_gap, P.decoding.frontier_min_step) == []
     taus = sorted(out.loc[out["mode"] == "dynamic", "threshold"].unique())
     accs = [100 * out.loc[out["threshold"] == t, "correct"].mean() for t in taus]
-    assert max(abs(a - b) for a, b in zip(accs, accs[1:])) <= P.decoding.frontier_max_gap
+    assert max(abs(a - b) for a, b in zip(accs, accs[1:], strict=False)) <= P.decoding.frontier_max_gap
     new = out[out["setting"] == "dynamic(0.55)"]
     ref = _cliff([0.55])
     assert np.allclose(new["wall_s"].to_numpy(), ref.loc[ref["setting"] == "dynamic(0.55)", "wall_s"].to_numpy())

@@ -33,7 +33,8 @@ def models(smoke_profile):
     from mrp_repro.stages import random_backbone
 
     bb = random_backbone(smoke_profile, std=0.5)  # outputs that differ between settings
-    head = MRPHead(bb.model.config, num_layers=1).init_weights("normal", 0.3, generator=torch.Generator().manual_seed(0))
+    head = MRPHead(bb.model.config, num_layers=1).init_weights("normal", 0.3,
+                                                               generator=torch.Generator().manual_seed(0))  # fmt: skip
     return bb, head.eval()
 
 

@@ -74,8 +74,8 @@ def _ar_blocks(m, prompt: list[int], block: int, max_new: int) -> list[int]:
     cache = m.new_cache(1, (n + max_new // block) * block)
     ids, pos = torch.tensor([prompt]), torch.arange(len(prompt))[None]
     if n > 1:
-        m.prefill(ids[:, : (n - 1) * block], pos[:, : (n - 1) * block], torch.ones(1, (n - 1) * block, dtype=torch.bool),
-                  cache, block, with_logits=False)  # fmt: skip
+        m.prefill(ids[:, : (n - 1) * block], pos[:, : (n - 1) * block],
+                  torch.ones(1, (n - 1) * block, dtype=torch.bool), cache, block, with_logits=False)  # fmt: skip
     m.commit_block(ids[:, -block:], pos[:, -block:], cache, torch.ones(1, block, dtype=torch.bool), with_logits=False)
     out = []
     for b in range(max_new // block):

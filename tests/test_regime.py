@@ -109,9 +109,9 @@ def test_the_preregistration_names_the_backbone_the_regime_and_every_declared_te
     assert f"GENERATOR_VERSION {chain.GENERATOR_VERSION}" in text
     assert all(f"| {c.id} | {c.group} |" in text for c in CLAIMS)
     assert "naive-mtp-collapses: its test was changed in f3c05be" in text
-    from mrp_repro.config import load_profile
-
     import dataclasses
+
+    from mrp_repro.config import load_profile
 
     p = load_profile("chain16")  # one phase: no restart named; a profile with one names it with its settings
     assert not p.backbone_training.restart_steps and "warm restart" not in text

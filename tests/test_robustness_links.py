@@ -300,8 +300,8 @@ def test_a_stage_on_a_linked_run_directory_exits_with_one_line_and_writes_nothin
     _untouched(elsewhere)
 
 
-def test_a_linked_profile_directory_under_the_runs_root_is_refused_before_anything_is_made_there(tmp_runs, elsewhere,
-                                                                                                smoke_profile):  # fmt: skip
+def test_a_linked_profile_directory_under_the_runs_root_is_refused_before_anything_is_made_there(
+        tmp_runs, elsewhere, smoke_profile):  # fmt: skip
     """runs/<profile>/ linked elsewhere: the run directory inside it is not created where the link points (it was,
     empty, before the refusal), and a dangling linked run directory gets the link's refusal, not 'File exists'."""
     from mrp_repro import runtime

@@ -93,10 +93,10 @@ RUN_COLUMNS: dict[str, str] = {
     "every batch it finished (measure.runs.collect_runs' partial directory; report.grids: <result>.partial/) and its "
     "rerun decodes only the rest; a kept row names who decoded it, `<12 hex of the commit>[-dirty] pid <pid> on "
     "<host> at <UTC time its batch was written>`. '' (blank in a CSV) on rows decoded by the process that returned the "
-    "frame (a stored grid's <name>.csv.provenance.json), and on a torchrun grid's rows (measure.sharded). In peers_runs "
-    "a row read from modes_runs, which decodes the same setting on the same prompts and batch size (report.peers."
-    "held_rows), reads `modes_runs: ` and that row's own value, its wall_s put on the peers grid's clock by the two "
-    "grids' static(1). Its wall_s "
+    "frame (a stored grid's <name>.csv.provenance.json), and on a torchrun grid's rows (measure.sharded). In "
+    "peers_runs a row read from modes_runs, which decodes the same setting on the same prompts and batch size "
+    "(report.peers.held_rows), reads `modes_runs: ` and that row's own value, its wall_s put on the peers grid's clock "
+    "by the two grids' static(1). Its wall_s "
     "was measured by that process's clock: every setting of a batch shares one value, so paired ratios within a "
     "batch hold; pooled wall times compare only between rows of one value",
     "identical_to_static": "tokens identical to the static setting's output of the same algorithm on the same prompt "
@@ -272,9 +272,10 @@ TABLE_COLUMNS: dict[str, str] = {
     "sanity_check": "the wall-clock sanity check (report.wallclock): ceiling (the speedup's CI upper bound within "
     "CEILING_SLACK of its forward-count ceiling: nfe_speedup at batch 1, each batch's longest row above), agreement "
     "(two grids timing the same decode at the same batch size give overlapping speedup CIs), repeatable (the median "
-    "repeated interleaved pass within the grid's prompt CI widened by REPEAT_TOL, and a direction the grid's CI shows held by every pass and by the "
-    "clock-inclusive CI: no part of it easier to pass for noisier passes; a table computed before issue 35, see the "
-    "commit that computed it, checked instead that the grid's CI meets the passes' range)",
+    "repeated interleaved pass within the grid's prompt CI widened by REPEAT_TOL, and a direction the grid's CI shows "
+    "held by every pass and by the clock-inclusive CI: no part of it easier to pass for noisier passes; a table "
+    "computed before issue 35, see the commit that computed it, checked instead that the grid's CI meets the passes' "
+    "range)",
     "check_reference": "x: what the speedup is checked against: the ceiling with its slack (ceiling), the other "
     "grid's speedup (agreement), the passes' median speedup (repeatable: the median pass, stats.median_pass)",
     "check_passed": "bool: the sanity check holds; a speed verdict reading a failed one is 'not measurable here'",
@@ -470,8 +471,8 @@ TABLE_COLUMNS: dict[str, str] = {
     "the head-free vetoes for remasking), MRP minus each with its paired CI; beating them alone never makes a verdict "
     "hold, failing one makes a holding verdict not shown (report.claims_controls)",
     "other_control_verdict": "claims: other_control's verdict, as control_verdict's",
-    "control_across_seeds": "claims: the weakest control_verdict over every seed run (report.variance), with the seeds; "
-    "blank: not judged across seeds",
+    "control_across_seeds": "claims: the weakest control_verdict over every seed run (report.variance), with the "
+    "seeds; blank: not judged across seeds",
     "other_control_across_seeds": "claims: the weakest other_control_verdict over every seed run, with the seeds",
     "seed_control_verdicts": "the control-of-record verdict on each seed run of the row, `seed: verdict`",
     "seed_other_control_verdicts": "the other controls' verdict on each seed run of the row, `seed: verdict`",

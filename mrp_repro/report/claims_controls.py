@@ -34,7 +34,8 @@ helps"; failing one, a verdict that beats the frontier still reads not shown):
 
 gate(): where the run decoded the controls (ctx.controls: controls_runs is present), a verdict that would hold (or
 hold in direction) reads **not shown** unless its control of record's verdict holds and no measured other control
-beats or ties MRP: the effect is then not shown to be MRP's. Runs without controls keep their verdict, the control column "not measured".
+beats or ties MRP: the effect is then not shown to be MRP's. Runs without controls keep their verdict, the control
+column "not measured".
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ def speculative(tables, ctx, bench: str, algorithm: str, K: int) -> Control:
     bs = int(m["batch_size"].iloc[0])
     cost = head_cost(tables, bs)
     charge = "uncharged: no cost model" if math.isnan(cost) else f"head calls at {cost:.2f} forwards"
-    x, lo, hi = stats.ratio_ci(m["tokens"], weighted_denoise_forwards(m, cost), n["tokens"], weighted_denoise_forwards(n, cost),
-                               ctx.n_boot, ctx.ci)  # fmt: skip
+    x, lo, hi = stats.ratio_ci(m["tokens"], weighted_denoise_forwards(m, cost),
+                               n["tokens"], weighted_denoise_forwards(n, cost), ctx.n_boot, ctx.ci)  # fmt: skip
     w = stats.ratio_ci(m["tokens"], m["wall_s"], n["tokens"], n["wall_s"], ctx.n_boot, ctx.ci)
     tpf = lambda r: r["tokens"].sum() / max(r["denoise_forwards"].sum(), 1)  # noqa: E731
     ceiling = f"; oracle ceiling TPF {tpf(o):.2f}" if len(o) else ""
@@ -148,7 +149,8 @@ def speculative(tables, ctx, bench: str, algorithm: str, K: int) -> Control:
     v = direction(lo, hi, 1.0)
     why = {HOLDS: "MRP's drafts beat the no-head drafter's at their charged cost",
            NOT: "the no-head drafter beats MRP's drafts at their charged cost",
-           NOT_SHOWN: "the weighted_tpf ratio's CI holds 1: MRP's drafts are not shown to beat the no-head drafter's"}[v]
+           NOT_SHOWN: "the weighted_tpf ratio's CI holds 1: MRP's drafts are not shown to beat the no-head "
+                      "drafter's"}[v]  # fmt: skip
     return Control(text, v, why)
 
 
@@ -185,8 +187,9 @@ def lookahead(pairs: dict) -> Control:
     if not pairs:
         return _na("no naive_mtp(K) beside direct(K)")
     vs = [direction(d["diff_lo"], d["diff_hi"], 0.0) for d in pairs.values()]
-    text = "vs MTP without a head: MRP − naive_mtp(K), pts: " + ", ".join(f"K={k} {fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}"
-                                                  for k, d in sorted(pairs.items()))  # fmt: skip
+    text = "vs MTP without a head: MRP − naive_mtp(K), pts: " + ", ".join(
+        f"K={k} {fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}" for k, d in sorted(pairs.items())
+    )  # fmt: skip
     v = combine(vs)
     return Control(text, v, {HOLDS: "MRP beats naive MTP at every K >= 2", NOT: "naive MTP beats MRP at some K",
                              NOT_SHOWN: "at some K the CI holds 0"}[v])  # fmt: skip
@@ -211,7 +214,8 @@ def remask(tables, ctx, bench: str, tau: float) -> Control:
             continue
         d = _diff(m, c, "correct", ctx)
         a, b = _pair(m, c)
-        parts.append(f"remask({tau:g},tau) − {name}({tau:g}){note} {fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}")
+        parts.append(f"remask({tau:g},tau) − {name}({tau:g}){note} "
+                     f"{fmt_ci(d['diff'], d['diff_lo'], d['diff_hi'], 1, True)}")  # fmt: skip
         revoked.append(f"{name} {b['revoked'].mean():.2f}")
         vs.append(direction(d["diff_lo"], d["diff_hi"], 0.0))
     if not vs:
@@ -312,7 +316,7 @@ def frontier(tables, ctx, bench: str, pick, what: str = "MRP") -> Control:
     return Control(text, v, why)
 
 
-# ---------------------------------------------------------------- gating (the per-mode sentence: verdicts.mode_sentences)
+# -------------------------------------------------------------- gating (the per-mode sentence: verdicts.mode_sentences)
 
 
 def gate(o: Outcome, c: Control, ctx, other: Control | None = None) -> Outcome:

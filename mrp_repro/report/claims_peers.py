@@ -16,9 +16,10 @@ charges of peers.md's charged_tpf).
   not hold: below 1 against one; a drafter whose outputs are not static(1)'s is left out and named.
 - remask: per benchmark, the accuracy margin (points) of remask(0.5, tau) (the paper's τ and rule) over the
   training-free frontier at its charged TPF: static(1), every dynamic(τ), every WINO(τ1, τ2) and every S2D2(τ) of the
-  grid (S2D2 where the profile declares an AR mode: the SDAR profiles), the Pareto points joined (report.pareto.frontier); paired bootstrap (each replicate resamples prompts and recomputes
-  every point and the frontier). Not measurable beyond the frontier's fastest point or on a segment wider than
-  decoding.frontier_max_gap points (the frontier is a guess there).
+  grid (S2D2 where the profile declares an AR mode: the SDAR profiles), the Pareto points joined
+  (report.pareto.frontier); paired bootstrap (each replicate resamples prompts and recomputes every point and the
+  frontier). Not measurable beyond the frontier's fastest point or on a segment wider than decoding.frontier_max_gap
+  points (the frontier is a guess there).
 """
 
 from __future__ import annotations

@@ -89,10 +89,11 @@ def drafter_table(profile, backbone, variants: Sequence[dict] = VARIANTS, n_prom
         for task, ps in prompts.items():
             for K in Ks:
                 if (task, K) not in ceiling:  # the oracle and naive drafters read no head: once per task and K
-                    ceiling[task, K] = [_tpf(backbone, ps, Speculative(K, dr, verify=d.verify), d.max_new_tokens, d.batch_size)
-                                        for dr in ("oracle", "naive")]  # fmt: skip
+                    ceiling[task, K] = [_tpf(backbone, ps, Speculative(K, dr, verify=d.verify), d.max_new_tokens,
+                                             d.batch_size) for dr in ("oracle", "naive")]  # fmt: skip
                 oracle, naive = ceiling[task, K]
-                mrp = _tpf(backbone, ps, Speculative(K, "mrp", head=head, verify=d.verify), d.max_new_tokens, d.batch_size)
+                mrp = _tpf(backbone, ps, Speculative(K, "mrp", head=head, verify=d.verify), d.max_new_tokens,
+                           d.batch_size)  # fmt: skip
                 rows.append(dict(benchmark=task, K=K, variant=variant_name(overrides), tpf_mrp=mrp, tpf_oracle=oracle,
                                  tpf_naive=naive, tpf_share_of_oracle=mrp / oracle,
                                  **{c: m[k] for c, k in HEAD_METRICS.items()}))  # fmt: skip

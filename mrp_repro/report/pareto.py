@@ -135,7 +135,7 @@ def frontier_runs(runs: pd.DataFrame, *more: pd.DataFrame | None) -> pd.DataFram
             ids = sorted(set(s_have["problem_id"]) & set(s_new["problem_id"]))
             scale = (s_have.set_index("problem_id").loc[ids, "wall_s"].sum()
                      / s_new.set_index("problem_id").loc[ids, "wall_s"].sum())  # fmt: skip
-            out.append(new[new["mode"] == "dynamic"].assign(wall_s=lambda d: d["wall_s"] * scale))
+            out.append(new[new["mode"] == "dynamic"].assign(wall_s=lambda d, scale=scale: d["wall_s"] * scale))
     return pd.concat(out, ignore_index=True) if len(out) > 1 else runs
 
 

@@ -15,12 +15,13 @@ A cell reads as reproduced when the paper's value lies inside our CI (about ours
 wall_time(profile): every decoding grid the notebooks run (report.grids.GRIDS, then report.peers' grid: the settings
 it decodes, not those it reads from modes_runs), their settings (measure.runs.settings_for), prompts and batches;
 for each setting the backbone calls and head calls the code makes per block at the worst case of one token per
-denoising forward (a batch runs until its longest row stops), and a cost per call: the per-call overhead (or gpu_check's measured batch-1 forward, --forward-ms) + the larger of
-(weights + KV traffic) / bandwidth and the FLOPs. The KV traffic is what model.Attention moves: its per-layer
-torch.cat reads the cache and writes it with the new keys, attention reads the result (3 passes; a folded verify of
-M candidates writes and reads M copies). Each input is in ASSUMED with its source; a (low, high) pair spans the
-printed range, low with a one-call verify (decoding.verify "exact" where gpu_check shows fold bitwise), high with
-loop (one call per candidate: a GPU whose fold is not bitwise). docs/gpu.md's table is docs_table() (a test).
+denoising forward (a batch runs until its longest row stops), and a cost per call: the per-call overhead (or gpu_check's
+measured batch-1 forward, --forward-ms) + the larger of (weights + KV traffic) / bandwidth and the FLOPs. The KV traffic
+is what model.Attention moves: its per-layer torch.cat reads the cache and writes it with the new keys, attention reads
+the result (3 passes; a folded verify of M candidates writes and reads M copies). Each input is in ASSUMED with its
+source; a (low, high) pair spans the printed range, low with a one-call verify (decoding.verify "exact" where gpu_check
+shows fold bitwise), high with loop (one call per candidate: a GPU whose fold is not bitwise). docs/gpu.md's table is
+docs_table() (a test).
 """
 
 from __future__ import annotations

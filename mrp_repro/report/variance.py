@@ -523,7 +523,8 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             "docs/ablations.md.")
     if heads is not None:
         chosen = heads.attrs["chosen"]
-        note += (f" The published head's rule, declared before decoding (variance.PUBLISHED_HEAD_RULE: {PUBLISHED_HEAD_RULE}),"
+        note += (" The published head's rule, declared before decoding "
+                 f"(variance.PUBLISHED_HEAD_RULE: {PUBLISHED_HEAD_RULE}),"
                  f" chooses head seed {chosen}: " + ("the published head." if chosen == P.seed else
                  f"not the published head (seed {P.seed}); republishing head seed {chosen} is the profile's next step "
                  "(variance_heads.md)."))  # fmt: skip
