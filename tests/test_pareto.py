@@ -247,3 +247,17 @@ def test_point_labels_sit_over_the_frontier_line_and_under_every_marker():
     for x in labels:
         assert x.get_path_effects() and frontier.get_zorder() < x.get_zorder() < min(a.get_zorder() for a in others)
     plt.close(fig)
+    # a zoomed panel: the inset's frame and connectors sit under the labels, which they crossed
+    from matplotlib.inset import InsetIndicator
+
+    ax = plt.figure().add_subplot()
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    t = t[t["axis"] == "tpf"].copy()
+    crowd = t["mode"].isin(["dynamic", "remask"])
+    t.loc[crowd, "speed"] = 10 + 0.01 * t.loc[crowd, "speed"]  # the crowd in under a quarter of the axis
+    draw = lambda a, legend: a.plot(t["speed"], t["accuracy"], "o")  # noqa: E731
+    draw(ax, True)
+    assert pareto._zoom_crowded(ax, t, draw) is not None
+    (ind,) = [c for c in ax.get_children() if isinstance(c, InsetIndicator)]
+    assert ind.get_zorder() < pareto._label_style()["zorder"]
+    plt.close(ax.figure)

@@ -417,7 +417,8 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     ins.tick_params(labelsize=7)
     ins.grid(alpha=0.3)
     ins.set_title("zoom", fontsize=7, pad=2)
-    ax.indicate_inset_zoom(ins, edgecolor="0.4")
+    # its frame and connectors under the point labels (_label_style) and markers: drawn over them, they crossed both
+    ax.indicate_inset_zoom(ins, edgecolor="0.4").set_zorder(3.2)
     return ins
 
 
