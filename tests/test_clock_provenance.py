@@ -144,3 +144,34 @@ def test_every_committed_notebook_copy_carries_a_stamp_notebook_10_too(profile):
     ten = json.loads((figs / "notebooks" / "10_ablations.ipynb").read_text())["metadata"]["mrp_repro"]
     assert ten["profile_hash"] != env["profile_hash"] and ten["git_commit"] != env["git_commit"]
     assert "after the run" in ten["stamped"]  # a stamp added later says so
+
+
+def test_a_table_charged_at_the_cost_model_names_the_run_that_measured_it(smoke_profile, tmp_runs, tmp_path,
+                                                                           monkeypatch, fresh_reads):  # fmt: skip
+    """run_cost_model's stored measurement carries the commit that measured it, and every call notes it as read: a
+    table written after it names it (this run), and a later run that reuses it says it was cached, not measured again
+    (before, notebook 07 re-saved the cost_model table every run, stamped as computed by that run)."""
+    import torch
+
+    from mrp_repro.measure.cost import run_cost_model
+    from mrp_repro.mrp import MRPHead
+    from mrp_repro.stages import random_backbone
+
+    bb = random_backbone(smoke_profile)
+    head = MRPHead(bb.model.config, num_layers=1).init_weights("normal", 0.02,
+                                                               generator=torch.Generator().manual_seed(0))  # fmt: skip
+    monkeypatch.setenv(runtime.RUN_STARTED_ENV, "2000-01-01T00:00:00+00:00")
+    path = Path(run_cost_model(smoke_profile, bb, head, batch=1, Ks=(2,))["source"])
+    assert runtime.computed_stamp(path)["git_commit"] == runtime.code_version()["git_commit"]
+    figs = tmp_path / "figs"
+    tables.save_table(_df(), figs, "t")
+    line = (figs / "t.md").read_text().strip().splitlines()[-1]
+    assert f"{path.stem} at" in line and "(this run)" in line, line
+    measured = path.read_bytes()
+    runtime.reset_reads()
+    monkeypatch.setenv(runtime.RUN_STARTED_ENV, "2999-01-01T00:00:00+00:00")  # a later run reads it
+    assert run_cost_model(smoke_profile, bb, head, batch=1, Ks=(2,))["source"] == str(path)
+    assert path.read_bytes() == measured  # read, not measured again
+    tables.save_table(_df(), figs, "u")
+    line = (figs / "u.md").read_text().strip().splitlines()[-1]
+    assert f"{path.stem} at" in line and "cached by an earlier run" in line and "this run" not in line, line

@@ -133,11 +133,13 @@ def run_cost_model(profile, backbone, head, batch: int = 1, Ks=None) -> dict:
     """The run's cost model at `batch` rows (Ks default decoding.speculative_k): measured once with cost_model
     (COST_REPEATS, COST_CONTEXT_BLOCKS) and stored as runs/<profile>/cost-<weights key>/cost_model-b<batch>.json
     with the backbone's and head's weight fingerprints; later calls on the same weights return the stored numbers.
-    A K missing from the stored file, or other weights, measures again."""
+    A K missing from the stored file, or other weights, measures again. The file carries the commit that measured it
+    (runtime.stamp_computed) and every call notes it as read (runtime.note_read), so a table charged at its head_cost
+    names that measurement in its provenance, as it names a reused grid."""
     import hashlib
     import json
 
-    from mrp_repro.runtime import artifact_dir, write_json_atomic
+    from mrp_repro.runtime import artifact_dir, note_read, stamp_computed, write_json_atomic
     from mrp_repro.trajectories import model_fingerprint
 
     Ks = sorted({int(k) for k in (Ks if Ks is not None else profile.decoding.speculative_k)})
@@ -154,10 +156,13 @@ def run_cost_model(profile, backbone, head, batch: int = 1, Ks=None) -> dict:
             if "verify_passes" in rec:
                 rec["verify_passes"] = {int(k): v for k, v in rec["verify_passes"].items() if int(k) in Ks}
             rec["source"] = str(path)
+            note_read(path)
             return rec
     cm = cost_model(backbone.model, head, batch, backbone.block_size, Ks, COST_CONTEXT_BLOCKS, COST_REPEATS, verify)
     write_json_atomic(path, {**cm, "verify_cost": {str(k): v for k, v in cm["verify_cost"].items()},
                              "verify_passes": {str(k): v for k, v in cm["verify_passes"].items()}, "key": key})
+    stamp_computed(path)
+    note_read(path)
     return {**cm, "key": key, "source": str(path)}
 
 
