@@ -236,16 +236,41 @@ def test_the_figure_draws_rules_on_one_point_side_by_side(runs):
     for v in tau.dropna().unique():
         at = (copy["method"] == "remask") & (tau == v) & (copy["benchmark"] == bench)
         copy.loc[at & (copy["rule"] == r2), cols] = copy.loc[at & (copy["rule"] == r1), cols].to_numpy()
+    # and r1's first point alone: it stays where it is
+    lone = copy.index[(copy["method"] == "remask") & (copy["rule"] == r1) & (copy["benchmark"] == bench)][0]
+    copy.loc[lone, "accuracy"] += 0.5
     fig = peers.plot_peers(copy)
     series = methods.get("remask").series
     top = fig.axes[0]
     assert top.get_title().endswith(peers.SIDE_BY_SIDE_NOTE)
-    drawn = {c.get_label(): c.lines[0] for c in top.containers}  # each errorbar's data line
-    a, b = (drawn[f"{series}, rule {r} [ours]"] for r in (r1, r2))
-    xa, xb = (ln.get_transform().transform(np.column_stack([ln.get_xdata(), ln.get_ydata()])) for ln in (a, b))
-    np.testing.assert_allclose(np.abs(xb[:, 0] - xa[:, 0]), peers.SIDE_BY_SIDE_PT * fig.dpi / 72)
-    np.testing.assert_allclose(xb[:, 1], xa[:, 1])
+    on_screen = lambda xy: top.transData.transform(np.atleast_2d(xy))[0]  # noqa: E731
+    drawn = []  # (series, display x, display y) of every marker in the panel
+    for ln in top.get_lines():
+        if ln.get_marker() in ("none", "None", "", "_", "|") or ln.get_label().startswith(plots_base.NESTED_PREFIX):
+            continue
+        xy = np.column_stack([ln.get_xdata(), ln.get_ydata()])
+        every = ln.get_markevery()
+        keep = np.asarray(every, bool) if every is not None else np.ones(len(xy), bool)
+        name = ln.get_label().lstrip("_").removesuffix(" CI")
+        # (series, its data point, how far sideways it is drawn: display units)
+        drawn += [(name, tuple(p), ln.get_transform().transform(p)[0] - on_screen(p)[0]) for p in xy[keep]]
+        if not ln.get_label().startswith("_"):  # a series' line runs through its true points, unshifted
+            assert ln.get_transform() == top.transData
+    lone_at = tuple(copy.loc[lone, ["charged_tpf", "accuracy"]].to_numpy(float))
+    r1_name = f"{series}, rule {r1} [ours]"
+    assert [off for n, p, off in drawn if n == r1_name and np.allclose(p, lone_at)] == [0.0]  # drawn where it is
+    pts = {r: {tuple(v) for v in copy.loc[(copy["method"] == "remask") & (copy["rule"] == r)
+                                             & (copy["benchmark"] == bench), ["charged_tpf", "accuracy"]]
+                                        .to_numpy(float)} for r in (r1, r2)}  # fmt: skip
+    step = peers.SIDE_BY_SIDE_PT * fig.dpi / 72
+    assert pts[r1] & pts[r2]
+    for pt in pts[r1] & pts[r2]:  # every series on a shared point drawn a step apart, around it
+        offs = sorted(off for n, p, off in drawn if np.allclose(p, pt))
+        assert len(offs) >= 2 and np.allclose(np.diff(offs), step) and np.isclose(np.mean(offs), 0), offs
     assert not plots_base.hidden_markers(fig)
+    fig.canvas.draw()
+    for ax in fig.axes[len(set(copy["benchmark"])):]:  # every bar's label inside its panel
+        assert all(t.get_window_extent().x1 <= ax.bbox.x1 for t in ax.texts)
     plt.close(fig)
     lossy = t[t["method"].map(lambda m: methods.get(m).lossless is None) & t["charged_tpf"].notna()]
     shared = {b: g.duplicated(["charged_tpf", "accuracy"]).any() for b, g in lossy.groupby("benchmark")}

@@ -732,13 +732,14 @@ def test_nesting_hollows_only_the_covered_point_and_the_remasking_series_sit_apa
 
 
 def test_series_on_one_point_are_drawn_side_by_side_and_no_longer_hide_each_other():
-    """side_by_side_offsets groups series that share a point (transitively) and spreads each group `step` points
-    apart around the true x; shift draws a series that far sideways after autoscaling read its data, and the checks
-    compare where markers are drawn (a shifted series neither hides nor nests under the one it shares a point with)."""
+    """side_by_side_offsets spreads the series on one shared point `step` points apart around it, every other point
+    at 0; shift draws markers that far sideways after autoscaling read their data, and the checks compare where
+    markers are drawn (a shifted marker neither hides nor nests under the one it shares a point with)."""
     off = plots_base.side_by_side_offsets({"a": [(1, 2), (3, 4)], "b": [(3, 4)], "c": [(3, 4), (5, 6)], "d": [(9, 9)],
                                            "e": [(5, 6)], "f": [(float("nan"), 1)]}, step=8)  # fmt: skip
-    assert off == {"a": -12.0, "b": -4.0, "c": 4.0, "e": 12.0, "d": 0.0, "f": 0.0}  # e joins through c
-    assert plots_base.side_by_side_offsets({"a": [(1, 2)], "b": [(1, 2.5)]}, step=8) == {"a": 0.0, "b": 0.0}
+    # only the shared points move: (3, 4) of a, b, c spread 8 apart; (5, 6) of c and e; a's (1, 2) stays
+    assert off == {"a": [0.0, -8.0], "b": [0.0], "c": [8.0, -4.0], "d": [0.0], "e": [4.0], "f": [0.0]}
+    assert plots_base.side_by_side_offsets({"a": [(1, 2)], "b": [(1, 2.5)]}, step=8) == {"a": [0.0], "b": [0.0]}
     f, ax = matplotlib.pyplot.subplots()
     lines = [ax.errorbar([10, 20], [50, 60], yerr=5, marker="o", capsize=2, label=k) for k in ("a", "b")]
     assert len(plots.hidden_markers(f)) == 1  # b's markers over a's

@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
@@ -374,13 +375,13 @@ def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
     (its declared series and family), or a method and rule where the method's settings hold several rules (MRP
     remasking's rules are separate curves, never one line through all of them), its settings joined in x order; a
     marker on an earlier method's point is drawn hollow and larger, at that point only
-    (plots_base.nest_coincident_markers), except where series share a point: those are drawn side by side,
-    SIDE_BY_SIDE_PT apart around it (plots_base.side_by_side_offsets; the panel's title says so), so each marker and
-    its CI shows.
+    (plots_base.nest_coincident_markers), except where series share a point: their markers and CIs there are drawn
+    side by side, SIDE_BY_SIDE_PT apart around it (plots_base.side_by_side_offsets; the panel's title says so), so
+    each shows; the lines run through the true points, and a point no other series shares is drawn where it is.
     Bottom: the lossless methods (a declared reference): their accuracy is their reference's by token identity, so
     on the top row they would sit in one cluster at their reference's accuracy, hiding each other (the chain and
     Spiffy's graph at D = K coincide by construction). Each setting is its own bar of `x` (log scale), in the
-    method's colour, labelled with its value and the uncharged TPF, a black tick at its reference's `x` and a line
+    method's colour, labelled with its value and its uncharged TPF, a black tick at its reference's `x` and a line
     at static's 1; a setting whose outputs differ from its reference's reports no speed: no bar, "not identical"."""
     what = "plot_peers"
     _need(table, ["benchmark", "method", "family", "setting", "rule", "accuracy", "accuracy_lo", "accuracy_hi", x,
@@ -413,17 +414,25 @@ def plot_peers(table: pd.DataFrame, x: str = "charged_tpf"):
         drawn = {n: g[(g["method"] == n[0]) & (g["rule"] == n[1])].sort_values(x) for n in names
                  if n[0] not in lossless}  # fmt: skip
         drawn = {n: h for n, h in drawn.items() if not h.empty}
-        # series on one point (chain-math: rules delta, loo and logp-delta revoke nothing at τ 0.6-0.9, so each sits
-        # on dynamic(τ)'s point) are drawn side by side, a marker's width apart, so each marker and CI shows
+        # where series sit on one point (chain-math: rules delta, loo and logp-delta revoke nothing at τ 0.6-0.9)
+        # their markers and CIs there are drawn side by side, a marker's width apart; each line runs through the true
+        # points, and every point no other series shares is drawn where it is
         dx = side_by_side_offsets({n: list(zip(h[x], h["accuracy"], strict=True)) for n, h in drawn.items()},
                                   SIDE_BY_SIDE_PT)  # fmt: skip
         for n, h in drawn.items():
             peer = methods.get(n[0]).family == "peer"
-            bars = ax.errorbar(h[x], h["accuracy"], yerr=_yerr(h, "accuracy"), color=colors[n], marker=marker[n],
-                               ms=7, mfc="white" if peer else colors[n], mew=1.6, capsize=2, lw=1.4,
-                               ls="--" if peer else "-", label=label(n))  # fmt: skip
-            shift(ax, bars, dx[n])
-        side_by_side = any(v != 0 for v in dx.values())
+            glyph = dict(color=colors[n], marker=marker[n], ms=7, mfc="white" if peer else colors[n], mew=1.6)
+            off = np.asarray(dx[n], float)
+            alone = off == 0
+            ax.plot(h[x], h["accuracy"], ls="--" if peer else "-", lw=1.4, markevery=list(alone), label=label(n),
+                    **glyph)  # fmt: skip
+            for v in dict.fromkeys(off):  # the points at each offset, with their CIs (0: where they are)
+                k = off == v
+                bars = ax.errorbar(h[x][k], h["accuracy"][k], yerr=_yerr(h[k], "accuracy"), ls="none", capsize=2,
+                                   elinewidth=1.4, label=f"_{label(n)} CI",
+                                   **({**glyph, "marker": "none"} if v == 0 else glyph))  # fmt: skip
+                shift(ax, bars, v)
+        side_by_side = any(v != 0 for o in dx.values() for v in o)
         note = SIDE_BY_SIDE_NOTE if side_by_side else ""
         ax.set_title(f"{b}: methods that trade accuracy for speed{note}", fontsize=10)
         ax.set_xlabel(xlabel, fontsize=9)
@@ -451,16 +460,17 @@ def _lossless_bars(ax, g: pd.DataFrame, lossless: set, colors: dict, label, x: s
         right = max(v if pd.notna(v) else 1.0, ref if math.isfinite(ref) else 1.0, 1.0)  # past the bar and ticks
         if pd.notna(v):
             ax.barh(y, v, color=colors[n], height=0.7, label=label(n))
-            ax.text(right * 1.06, y, f"{v:.2f} (TPF {r.tpf:.2f})", va="center", fontsize=7)
+            ax.text(right * 1.06, y, f"{v:.2f} (uncharged TPF {r.tpf:.2f})", va="center", fontsize=7)
         else:
             ax.text(right * 1.06, y, "not identical to its reference: no speed", va="center", fontsize=7, color="C3")
         if math.isfinite(ref):
-            ax.plot([ref, ref], [y - 0.42, y + 0.42], color="black", lw=1.6, marker="",
+            # a marker, not a line: its legend key is the vertical tick it is (a line's key was horizontal)
+            ax.plot([ref], [y], ls="none", marker="|", ms=15, mew=1.6, color="black",
                     label="black tick: its reference's tokens per charged forward")  # fmt: skip
     ax.axvline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
     finite = [v for v in [*bars[x].dropna(), *(at.get(r, math.nan) for r in bars["reference"])] if math.isfinite(v)]
-    lo, hi = min(0.8, 0.8 * min(finite, default=1.0)), 3.5 * max(finite, default=1.0)
+    lo, hi = min(0.8, 0.8 * min(finite, default=1.0)), 9.0 * max(finite, default=1.0)  # room for the text
     ax.set_xlim(lo, hi)
     ax.xaxis.set_major_locator(FixedLocator([t for t in (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64) if lo <= t <= hi]))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda t, _: f"{t:g}"))

@@ -4,8 +4,8 @@
     plots_base.save_figure(fig, profile, "speedup")      # figures/<profile>/speedup.{png,pdf}
     plots_base.legend_points(fig)                         # legend entry -> finite points drawn (0: an empty series)
     plots_base.hidden_markers(fig)                        # markers drawn exactly over others (none in a good figure)
-    dx = plots_base.side_by_side_offsets({"a": [(1, 2)], "b": [(1, 2)]}, step=8)   # {"a": -4.0, "b": 4.0} (points)
-    plots_base.shift(ax, ax.errorbar(x, y), dx["a"])                       # series "a" drawn 4 points left
+    dx = plots_base.side_by_side_offsets({"a": [(1, 2), (3, 4)], "b": [(1, 2)]}, step=8)  # {"a": [-4, 0], "b": [4]}
+    plots_base.shift(ax, ax.errorbar([1], [2]), dx["a"][0])                 # a's marker at (1, 2) drawn 4 points left
 
 The figures themselves: report.plots_speed (speculative, speedup, lookahead, kernels), report.plots_remask
 (remasking, trajectory), report.plots_training (training curves, adjacent-step similarity), report.peers (MRP beside
@@ -176,25 +176,19 @@ def shift(ax, artists, dx_points: float) -> None:
 
 
 def side_by_side_offsets(points: dict, step: float) -> dict:
-    """Sideways offsets (points) for series that share a point exactly: series (keys, in order; values: their (x,
-    y) points) are grouped when one's point equals another's, transitively; a group of n is spread `step` apart,
-    symmetric around the true x, in key order; a series that shares no point keeps 0. peers.png: rules delta, loo
-    and logp-delta revoke nothing at chain-math's τ 0.6-0.9, so the three sit on one point at each of those τ."""
+    """Sideways offsets (points), one per point of each series, for the points several series share exactly: the
+    series (keys, in order; values: their (x, y) points) sitting on one point are spread `step` apart, symmetric
+    around it, in key order; every other point keeps 0, so a series moves only where another sits on it (peers.png:
+    rules delta, loo and logp-delta revoke nothing at chain-math's τ 0.6-0.9, one point for the three at each τ;
+    shifting whole series moved tau's own 100% point 0.75 TPF off its value)."""
     keys = list(points)
-    pts = {k: {(float(x), float(y)) for x, y in points[k] if math.isfinite(x) and math.isfinite(y)} for k in keys}
-    group = {k: i for i, k in enumerate(keys)}  # union-find by smallest index: groups keep key order
-    for i, a in enumerate(keys):
-        for b in keys[i + 1:]:
-            if pts[a] & pts[b]:
-                ga, gb = group[a], group[b]
-                for k in keys:
-                    if group[k] == max(ga, gb):
-                        group[k] = min(ga, gb)
-    out = {}
-    for g in dict.fromkeys(group.values()):
-        members = [k for k in keys if group[k] == g]
-        out |= {k: (j - (len(members) - 1) / 2) * step for j, k in enumerate(members)}
-    return out
+    pts = {k: [(float(x), float(y)) for x, y in points[k]] for k in keys}
+    members: dict[tuple, list] = {}
+    for k in keys:
+        for xy in dict.fromkeys(xy for xy in pts[k] if math.isfinite(xy[0]) and math.isfinite(xy[1])):
+            members.setdefault(xy, []).append(k)
+    at = {xy: {k: (j - (len(ks) - 1) / 2) * step for j, k in enumerate(ks)} for xy, ks in members.items()}
+    return {k: [at.get(xy, {}).get(k, 0.0) for xy in pts[k]] for k in keys}
 
 
 def _coincide(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> np.ndarray:
