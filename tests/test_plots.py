@@ -781,6 +781,21 @@ def test_crowded_labels_are_thinned_until_none_overlaps():
     assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
     assert all(ax.bbox.y0 <= b.y0 and b.y1 <= ax.bbox.y1 for b in boxes)
     matplotlib.pyplot.close(f)
+    # a label to keep whose place sits on another point's marker moves clear of it (matched_speed: "K=1" printed on
+    # direct(3,4)'s triangle read as its label); its own marker does not count
+    f, ax = matplotlib.pyplot.subplots()
+    ax.set_xlim(0, 10), ax.set_ylim(0, 10)
+    ax.scatter([5.0], [5.0], marker="^", s=45)
+    (own,) = ax.plot([4.6], [4.6], "o", ms=6)
+    ax.annotate("K=1", (4.6, 4.6), xytext=(5, 5), textcoords="offset points")
+    r = f.canvas.get_renderer()
+    (lab,) = ax.texts
+    (x, y), size = ax.transData.transform((5.0, 5.0)), 0.5 * np.sqrt(45) * f.dpi / 72
+    hit = lambda b: b.x0 - size < x < b.x1 + size and b.y0 - size < y < b.y1 + size  # noqa: E731
+    assert hit(lab.get_window_extent(r))  # as placed, it covers the triangle
+    assert plots_base.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 0
+    assert not hit(lab.get_window_extent(r)) and lab.xyann[0] == 5
+    matplotlib.pyplot.close(f)
     # with matched_speed's merge, the kept τ label names the range of the points whose labels went
     from mrp_repro.report import pareto
 

@@ -243,8 +243,9 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     """Remove each of `ax`'s annotations whose drawn text overlaps one kept before it (in the order they were
     added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). The annotations
     for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K) keeps its label;
-    a τ label over one goes): one that overlaps an earlier kept one or leaves the panel is moved to the first of a
-    few places a line or two above or below that is clear (an annotation placed in offset points). `merge(kept,
+    a τ label over one goes): each is put at the first of a few places a line or two above or below its own (its own
+    first) that is in the panel and clear of the kept labels and of every marker, else of the kept labels only (an
+    annotation placed in offset points). `merge(kept,
     removed)`: the text the kept label takes instead (None: unchanged), so a removed label's point is still named
     (matched_speed: "τ=0.25" over "τ=0.3" becomes "τ=0.25…0.3"). Call it after the figure's layout is final.
     -> how many were removed."""
@@ -255,16 +256,26 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     labels = [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]
     first = [t for t in labels if keep is not None and keep(t.get_text())]
     firsts = set(map(id, first))
+    # every marker drawn in the panel (display units, half its size as a radius): a kept label that is moved goes
+    # to a place clear of them too where one is (matched_speed: "K=1" printed on direct(3,4)'s ▲ read as its label)
+    px = ax.figure.dpi / 72.0
+    marks = [(xy, 0.5 * size * px) for _, pts, size, _, _ in _marker_artists(ax) for xy in pts]
+
+    def on_marker(box) -> bool:
+        return any(box.x0 - r < x < box.x1 + r and box.y0 - r < y < box.y1 + r for (x, y), r in marks)
+
     for t in first + [t for t in labels if id(t) not in firsts]:
         box = t.get_window_extent(renderer)
         if id(t) in firsts and t.anncoords == "offset points":
             dx, dy = t.xyann
             line = box.height * 72.0 / ax.figure.dpi
-            for shift in (0, 1.2, -1.5, 2.4, -2.7, 3.6, -3.9):  # the first place clear of the kept ones, in the panel
-                t.xyann = (dx, dy + shift * line)
+            places = [(markers, dx, dy + shift * line) for markers in (True, False)
+                      for shift in (0, 1.2, -1.5, 2.4, -2.7, 3.6, -3.9)]  # fmt: skip
+            for markers, x, y in places:  # the first place clear of the kept labels (and markers), in the panel
+                t.xyann = (x, y)
                 box = t.get_window_extent(renderer)
                 inside = ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1
-                if inside and not any(box.overlaps(b) for b, _ in kept):
+                if inside and not any(box.overlaps(b) for b, _ in kept) and not (markers and on_marker(box)):
                     break
             kept.append((box, t))
         elif id(t) in firsts:
