@@ -379,7 +379,7 @@ def legend_points(fig) -> dict[str, int]:
 #: the legend entries of a wall-clock number whose clock gate (report.wallclock) did not pass: a sanity check failed
 #: (clock_gate "failed: ..."), or none was made (clock_gate "unchecked: ...", not re-timed by the repeated passes)
 GATE_FAILED_LABEL = "× clock gate failed (a sanity check failed)"
-GATE_UNCHECKED_LABEL = "◇ clock unchecked (not re-timed by the repeated passes)"
+GATE_UNCHECKED_LABEL = "◇ clock unchecked (not re-timed by the repeated passes: its CI is over prompts only)"
 
 
 def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> dict[str, int]:
