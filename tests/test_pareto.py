@@ -261,3 +261,11 @@ def test_point_labels_sit_over_the_frontier_line_and_under_every_marker():
     (ind,) = [c for c in ax.get_children() if isinstance(c, InsetIndicator)]
     assert ind.get_zorder() < pareto._label_style()["zorder"]
     plt.close(ax.figure)
+
+
+def test_a_remask_series_names_its_tau_as_open_not_its_delta_as_a_tau():
+    """The δ sweep's series keep τ's place open: "upstream_remask(τ,0.5)", never "upstream_remask(0.5)", which a
+    reader of the legend took for τ = 0.5 (a cold read of matched_speed_upstream.png)."""
+    settings = ["upstream_remask(0.3,2)", "upstream_remask(0.25,0.5)", "remask(0.9,delta,2.0)"]
+    got = pareto._series_key(pd.Series(settings))
+    assert got.tolist() == ["upstream_remask(τ,2)", "upstream_remask(τ,0.5)", "remask(τ,delta,2.0)"]

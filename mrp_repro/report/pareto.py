@@ -310,8 +310,9 @@ _SAME_SPEED_RTOL, _SAME_ACC_ATOL = 1e-6, 1e-6
 
 
 def _series_key(setting: pd.Series) -> pd.Series:
-    """A remask setting with its τ taken out: "upstream_remask(0.3,2)" -> "upstream_remask(2)"."""
-    return setting.str.replace(r"\([0-9.]+,?", "(", regex=True)
+    """A remask setting with its τ left open: "upstream_remask(0.3,2)" -> "upstream_remask(τ,2)" (as
+    "upstream_remask(2)" a legend read the δ as a τ: a cold read)."""
+    return setting.str.replace(r"\([0-9.]+(?=[,)])", "(τ", regex=True)
 
 
 def _equals_dynamic(g: pd.DataFrame, dyn: pd.DataFrame) -> bool:
