@@ -257,9 +257,13 @@ def test_point_labels_sit_over_the_frontier_line_and_under_every_marker():
     t.loc[crowd, "speed"] = 10 + 0.01 * t.loc[crowd, "speed"]  # the crowd in under a quarter of the axis
     draw = lambda a, legend: a.plot(t["speed"], t["accuracy"], "o")  # noqa: E731
     draw(ax, True)
-    assert pareto._zoom_crowded(ax, t, draw) is not None
+    ins = pareto._zoom_crowded(ax, t, draw)
+    assert ins is not None
     (ind,) = [c for c in ax.get_children() if isinstance(c, InsetIndicator)]
     assert ind.get_zorder() < pareto._label_style()["zorder"]
+    # its frame within the panel (padded past the panel's limits, it ran into the title and tick labels)
+    for lim, parent in ((ins.get_xlim(), ax.get_xlim()), (ins.get_ylim(), ax.get_ylim())):
+        assert parent[0] <= lim[0] < lim[1] <= parent[1]
     plt.close(ax.figure)
 
 

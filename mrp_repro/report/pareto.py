@@ -413,8 +413,11 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     slot = min(_INSET_SLOTS, key=inside)
     ins = ax.inset_axes(slot)
     draw(ins, False)
-    ins.set_xlim(xs.min() - pad_x, xs.max() + pad_x)
-    ins.set_ylim(ys.min() - pad_y, ys.max() + pad_y)
+    # within the panel's own limits (which hold every point): padded past them, the frame drawn on the panel ran
+    # into its title and tick labels
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    ins.set_xlim(max(xs.min() - pad_x, x0), min(xs.max() + pad_x, x1))
+    ins.set_ylim(max(ys.min() - pad_y, y0), min(ys.max() + pad_y, y1))
     ins.tick_params(labelsize=7)
     ins.grid(alpha=0.3)
     ins.set_title("zoom", fontsize=7, pad=2)
