@@ -273,3 +273,32 @@ def test_a_remask_series_names_its_tau_as_open_not_its_delta_as_a_tau():
     settings = ["upstream_remask(0.3,2)", "upstream_remask(0.25,0.5)", "remask(0.9,delta,2.0)"]
     got = pareto._series_key(pd.Series(settings))
     assert got.tolist() == ["upstream_remask(τ,2)", "upstream_remask(τ,0.5)", "remask(τ,delta,2.0)"]
+
+
+def test_direct_k_has_a_colour_of_its_own():
+    """direct(K)'s triangles share no colour with a remask series or a failed clock gate's × (in red they were rule
+    loo's colour, and a red × over one hid it)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PathCollection
+    from matplotlib.colors import to_rgba
+
+    from mrp_repro.report import plots_base
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    rem = t[t["mode"] == "remask"]
+    rule = rem["rule"].iloc[0]
+    extra = [rem[rem["rule"] == rule].assign(rule=f"r{i}", setting=lambda d, i=i: d["setting"] + f"-r{i}")
+             for i in range(6)]  # fmt: skip
+    t = pd.concat([t, *extra], ignore_index=True)  # enough rule series to take every tab10 colour but one
+    fig = pareto.plot_matched_speed(t)
+    ax = fig.axes[0]
+    (direct,) = [c for c in ax.collections if isinstance(c, PathCollection) and c.get_label() == "direct(K)"]
+    colour = tuple(direct.get_facecolors()[0])
+    others = {tuple(to_rgba(ln.get_color())) for ln in ax.get_lines() if ln.get_label().startswith("remask")}
+    assert len(others) >= 7 and colour not in others and colour != to_rgba("crimson")
+    f, a = plt.subplots()
+    plots_base.mark_clock_gates(a, [1], [1], ["failed: repeatable"])
+    cross = a.collections[0]
+    assert colour not in {tuple(c) for c in [*cross.get_edgecolors(), *cross.get_facecolors()]}
+    plt.close(f)
+    plt.close(fig)

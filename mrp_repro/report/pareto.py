@@ -331,6 +331,10 @@ def _equals_dynamic(g: pd.DataFrame, dyn: pd.DataFrame) -> bool:
     return bool((np.abs(s - s0) <= tol).all() and (np.abs(a - a0) <= _SAME_ACC_ATOL).all())
 
 
+#: direct(K)'s triangles in plot_matched_speed: tab10's first colour, which the remask series (from index 1) skip
+DIRECT_COLOR = "tab:blue"
+
+
 def _label_style() -> dict:
     """A point's label (τ, K) in plot_matched_speed: a thin white halo around its glyphs, above the frontier's line
     (zorder 3) and the grid, which crossed the text; under the remask series and direct(K)'s markers (zorder 4-5), so
@@ -366,7 +370,9 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
         ax.plot(g["speed"], g["accuracy"], color=colors[k], label=name(series_labels[k]), **style)
     d = t[t["mode"] == "direct"].sort_values("K")
     if len(d):  # a family without direct mode (upstream) names no direct(K) series
-        ax.scatter(d["speed"], d["accuracy"], marker="^", color="tab:red", s=45, zorder=4, label=name("direct(K)"))
+        # blue, a colour no rule series takes (theirs: tab10 from index 1): in red it was rule loo's colour, and a
+        # failed clock gate's red × hid it
+        ax.scatter(d["speed"], d["accuracy"], marker="^", color=DIRECT_COLOR, s=45, zorder=4, label=name("direct(K)"))
     # one label per drawn point: direct(3) and direct(4) share one on chain-math (equal cost and accuracy), and one ▲
     # over the other read as one setting; set off enough to clear a wall-clock gate's ring (size 70)
     for (speed, acc), at in d.groupby(["speed", "accuracy"], sort=False):
