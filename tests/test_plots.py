@@ -173,6 +173,10 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     assert not any(over(p) for k, v in bars.items() if "speculative" in k and k != up3 for p in v.patches)
     assert all(over(p) for k in ("MRP direct step 1", "MRP direct step 2") for p in bars[k].patches)  # the paper's
     assert len(segs) == sum(len(bars[k].patches) for k in (up3, "MRP direct step 1", "MRP direct step 2"))
+    # the title names the paper's benchmark each line stands for (its numbers are SDAR's on them, not ours)
+    title = fig._suptitle.get_text()
+    pairs = set(zip(spec_all_k["benchmark"], spec_all_k["paper_benchmark"], strict=True))
+    assert pairs and all(f"{p} beside {b}" in title for b, p in pairs) and "the paper's SDAR-8B on" in title
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):

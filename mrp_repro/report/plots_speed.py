@@ -368,9 +368,14 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
         ax.tick_params(labelleft=True)  # sharey hides them off the first column: every panel reads alone
     for row in grid:
         row[0].set_ylabel(LABELS["throughput_speedup"])
+    # which of the paper's benchmarks each line stands for (its numbers are SDAR's on GSM8K / HumanEval, not ours)
+    has = df[df["paper_throughput_speedup"].notna()]
+    on = (", ".join(f"{p} beside {b}" for b, p in sorted(set(zip(has["benchmark"], has["paper_benchmark"],
+                                                                  strict=True))))  # fmt: skip
+          if "paper_benchmark" in has and len(has) else "")
     fig.suptitle(f"speedup per benchmark (a black line across a bar: the paper's value for that bar, the released "
-                 f"code's MRP speculative K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps)",
-                 fontsize=10)  # fmt: skip
+                 f"code's MRP speculative K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps"
+                 + (f"; the paper's {models[0]} on {on}" if on else "") + ")", fontsize=10)  # fmt: skip
     _legend_below(fig, axes, ncol=ncols + 1)  # 2 per panel made the legend twice the panels' width
     return fig
 
