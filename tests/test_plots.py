@@ -176,7 +176,7 @@ def test_speedup_figure_every_k_and_step_paper_at_k3_only(tmp_path, runs):
     # the title names the paper's benchmark each line stands for (its numbers are SDAR's on them, not ours)
     title = fig._suptitle.get_text()
     pairs = set(zip(spec_all_k["benchmark"], spec_all_k["paper_benchmark"], strict=True))
-    assert pairs and all(f"{p} beside {b}" in title for b, p in pairs) and "the paper's SDAR-8B on" in title
+    assert pairs and all(f"{p} beside {b}" in title for b, p in pairs) and "the paper's values: SDAR-8B on" in title
     _not_empty(fig)
     _save(fig, tmp_path, "speedup")
     with pytest.raises(ValueError, match="one paper model"):

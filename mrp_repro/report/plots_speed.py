@@ -374,8 +374,8 @@ def plot_speedup(speculative: pd.DataFrame, direct: pd.DataFrame | None = None, 
                                                                   strict=True))))  # fmt: skip
           if "paper_benchmark" in has and len(has) else "")
     fig.suptitle(f"speedup per benchmark (a black line across a bar: the paper's value for that bar, the released "
-                 f"code's MRP speculative K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps"
-                 + (f"; the paper's {models[0]} on {on}" if on else "") + ")", fontsize=10)  # fmt: skip
+                 f"code's MRP speculative K = {PAPER_SPECULATIVE_K} at batch 1 and MRP's direct steps)"
+                 + (f"\nthe paper's values: {models[0]} on {on}" if on else ""), fontsize=10)  # fmt: skip
     _legend_below(fig, axes, ncol=ncols + 1)  # 2 per panel made the legend twice the panels' width
     return fig
 
