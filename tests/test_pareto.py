@@ -84,7 +84,7 @@ def test_unpaired_settings_are_refused():
 def test_plot_has_a_panel_per_benchmark_and_axis():
     t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0)
     fig = pareto.plot_matched_speed(t)
-    assert len(fig.axes) == 4 and {a.get_xlabel() for a in fig.axes} == set(pareto.AXES.values())
+    assert len(fig.axes) == 4 and {a.get_xlabel() for a in fig.axes} == {pareto.AXIS_LABELS[a] for a in pareto.AXES}
 
 
 def test_plot_marks_every_wall_clock_point_whose_clock_gate_did_not_pass():
@@ -100,7 +100,7 @@ def test_plot_marks_every_wall_clock_point_whose_clock_gate_did_not_pass():
                                      np.where(failed, "failed: repeatable", "passed")))  # fmt: skip
     fig = pareto.plot_matched_speed(t)
     marks = {ax.get_xlabel(): [c for c in ax.collections if c.get_label() == GATED_LABEL] for ax in fig.axes}
-    wall = pareto.AXES["wall_speedup"]
+    wall = pareto.AXIS_LABELS["wall_speedup"]
     assert [len(c.get_offsets()) for c in marks[wall]] == [1]
     want = t[failed & (t["axis"] == "wall_speedup")][["speed", "accuracy"]].to_numpy(float)
     np.testing.assert_allclose(marks[wall][0].get_offsets(), want)
@@ -301,4 +301,74 @@ def test_direct_k_has_a_colour_of_its_own():
     cross = a.collections[0]
     assert colour not in {tuple(c) for c in [*cross.get_edgecolors(), *cross.get_facecolors()]}
     plt.close(f)
+    plt.close(fig)
+
+
+def test_fit_labels_widens_the_limits_until_every_label_is_inside_its_panel():
+    """A label at a panel's edge printed into the next panel (matched_speed's τ labels at the fast end): fit_labels
+    widens the limits, on a linear and on a log axis, until none is drawn past the frame."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report import plots_base
+
+    for scale in ("linear", "log"):
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.set_xscale(scale)
+        ax.plot([1, 2, 8], [40, 60, 10], "o")
+        ax.set_xlim(1, 8), ax.set_ylim(10, 60)
+        for x, y in ((8, 10), (8, 60)):
+            ax.annotate("τ=0.05…0.35 a long label", (x, y), xytext=(3, -9), textcoords="offset points")
+        fig.canvas.draw()
+        assert len(plots_base.labels_outside(ax)) == 2  # past the right edge, one past the bottom too
+        plots_base.fit_labels(ax)
+        assert plots_base.labels_outside(ax) == [], scale
+        assert ax.get_xlim()[1] > 8 and ax.get_ylim()[0] < 10 and ax.get_xscale() == scale
+        plt.close(fig)
+
+
+def test_plot_draws_no_label_past_a_panel_and_the_wall_clock_axis_on_a_log_scale():
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report import plots_base
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0)
+    fig = pareto.plot_matched_speed(t)
+    for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:
+        assert plots_base.labels_outside(ax) == [], ax.get_title()
+    scales = {a.get_xlabel(): a.get_xscale() for a in fig.axes}
+    assert scales[pareto.AXIS_LABELS["wall_speedup"]] == "log" and scales[pareto.AXIS_LABELS["tpf"]] == "linear"
+    plt.close(fig)
+
+
+def test_the_wall_clock_frontier_is_dashed_on_each_segment_to_a_point_whose_clock_gate_failed():
+    """The frontier is every point the table and the claims read, but a segment with an end whose clock gate failed
+    is dashed (the cold read: the wall-clock frontier was drawn solid through failed points); the TPF panels' is
+    solid whatever the gates."""
+    import matplotlib.pyplot as plt
+
+    t = pareto.matched_speed_table(synthetic_runs(n=10, benchmarks=("synth-code",)), n_boot=0)
+    wall = t[(t["axis"] == "wall_speedup") & t["mode"].isin(pareto.FRONTIER)]
+    order = pareto._pareto_order(wall["speed"].to_numpy(float), wall["accuracy"].to_numpy(float))
+    assert len(order) >= 3
+    bad = wall.index[order[1]]  # an inner Pareto point: both its segments dashed
+    t = t.assign(clock_gate=np.where(t["mode"] == "static", "reference", "passed"))
+    t.loc[t["setting"] == t.loc[bad, "setting"], "clock_gate"] = "failed: repeatable"
+    fig = pareto.plot_matched_speed(t)
+    by_axis = {a.get_xlabel(): a for a in fig.axes}
+    lines = {ln.get_label(): ln for ln in by_axis[pareto.AXIS_LABELS["wall_speedup"]].get_lines()}
+    dashed = lines[pareto.FRONTIER_FAILED_LABEL]
+    assert dashed.get_linestyle() == "--"
+    p = (t.loc[bad, "speed"], t.loc[bad, "accuracy"])
+    dx, dy = dashed.get_data()
+    assert np.isclose(dx, p[0]).sum() == 1 and np.isfinite(dx).sum() == 3  # one run: the point and its neighbours
+    solid = lines["dynamic frontier (static, dynamic τ)"]
+    sx = np.asarray(solid.get_xdata(), float)
+    assert not np.isclose(sx, p[0]).any()  # no solid segment reaches it
+    # every Pareto point keeps its filled marker: on the solid line, or alone where no solid segment reaches it
+    drawn = np.concatenate([np.asarray(ln.get_xdata(), float) for k, ln in lines.items()
+                            if k in ("dynamic frontier (static, dynamic τ)", "_frontier points")])  # fmt: skip
+    assert set(np.round(drawn[np.isfinite(drawn)], 9)) == set(np.round(wall["speed"].to_numpy(float)[order], 9))
+    tpf = {ln.get_label() for ln in by_axis[pareto.AXIS_LABELS["tpf"]].get_lines()}
+    assert pareto.FRONTIER_FAILED_LABEL not in tpf
+    assert pareto.FRONTIER_FAILED_LABEL in [x.get_text() for x in fig.legends[0].get_texts()]
     plt.close(fig)

@@ -58,7 +58,7 @@ AXES = {"tpf": "tokens per denoising forward", "wall_speedup": "wall-clock token
 WEIGHTED = "weighted_tpf"
 #: every axis a table may hold -> its x label, in panel order
 AXIS_LABELS = {"tpf": AXES["tpf"], WEIGHTED: "tokens per forward, head calls charged at their cost",
-               "wall_speedup": AXES["wall_speedup"]}  # fmt: skip
+               "wall_speedup": AXES["wall_speedup"] + " (log scale)"}  # fmt: skip
 #: the compared modes and the frontier's
 COMPARED = ("remask", "direct")
 FRONTIER = ("static", "dynamic")
@@ -70,6 +70,8 @@ MATCHED_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "thresh
 FRONTIER_MAX_GAP = 10.0
 #: at_equal_speed of a comparison refused for a frontier segment wider than max_gap
 GAP = "gap"
+#: matched_speed.png's legend entry of a wall-clock frontier segment drawn dashed
+FRONTIER_FAILED_LABEL = "frontier segment at a failed clock gate (dashed)"
 _NEEDS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct",
           "tokens", "denoise_forwards", "wall_s"]  # fmt: skip
 
@@ -353,8 +355,24 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
 
     name = (lambda x: x) if legend else (lambda x: "_" + x)  # noqa: E731
     fr = t[t["mode"].isin(FRONTIER)]
-    ps, pa = pareto_points(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
-    ax.plot(ps, pa, "-o", color="black", lw=2, ms=5, label=name("dynamic frontier (static, dynamic τ)"), zorder=3)
+    order = _pareto_order(fr["speed"].to_numpy(float), fr["accuracy"].to_numpy(float))
+    ps, pa = fr["speed"].to_numpy(float)[order], fr["accuracy"].to_numpy(float)[order]
+    # the frontier the table and the claims read, every point of it; on the wall-clock axis a segment with an end
+    # whose clock gate failed is dashed: that stretch of the line rests on a clock a sanity check refused
+    failed = np.zeros(len(order), bool)
+    if axis == "wall_speedup" and "clock_gate" in fr:
+        failed = fr["clock_gate"].fillna("").astype(str).str.startswith("failed").to_numpy()[order]
+    shaky = failed[:-1] | failed[1:]  # (segments,)
+    xs, ys = _segments(ps, pa, ~shaky)
+    if len(xs):
+        ax.plot(xs, ys, "-o", color="black", lw=2, ms=5, label=name("dynamic frontier (static, dynamic τ)"), zorder=3)
+    alone = np.isin(ps, xs, invert=True)  # points on no solid segment (every point when there is one)
+    if alone.any():
+        ax.plot(ps[alone], pa[alone], "o", color="black", ms=5, zorder=3,
+                label=name("dynamic frontier (static, dynamic τ)") if not len(xs) else "_frontier points")
+    if shaky.any():
+        xs, ys = _segments(ps, pa, shaky)
+        ax.plot(xs, ys, "--", color="black", lw=1.3, label=name(FRONTIER_FAILED_LABEL), zorder=3)
     # every frontier setting hollow: those on the frontier are filled by the line's markers
     ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=4,
                label=name("static or dynamic τ off the frontier (hollow)"))  # fmt: skip
@@ -383,6 +401,20 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
         mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
 
 
+def _segments(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The segments i -> i + 1 of the polyline (x, y) where keep[i], as one line broken by NaN between runs."""
+    idx: list[float] = []
+    for i in np.flatnonzero(keep):
+        if not idx or idx[-1] != i:  # a new run: break the line, then start at the segment's first end
+            idx += [np.nan, i] if idx else [i]
+        idx.append(i + 1)
+    pick = np.array(idx, float)
+    ok = ~np.isnan(pick)
+    xs, ys = np.full(len(pick), np.nan), np.full(len(pick), np.nan)
+    xs[ok], ys[ok] = x[pick[ok].astype(int)], y[pick[ok].astype(int)]
+    return xs, ys
+
+
 def _merge_tau_labels(kept: str, removed: str) -> str | None:
     """The label of a frontier point that a removed τ label overlapped: the range of both ("τ=0.25…0.3"), so the
     removed label's point is not read as the kept one's; None when either is not a τ label."""
@@ -407,7 +439,9 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     crowd = t[t["mode"].isin(["dynamic", "remask"])]
     xs, all_x = crowd["speed"].to_numpy(float), t["speed"].to_numpy(float)
     xs, all_x = xs[np.isfinite(xs)], all_x[np.isfinite(all_x)]
-    if len(xs) < 4 or np.ptp(all_x) == 0 or np.ptp(xs) >= ZOOM_SHARE * np.ptp(all_x):
+    log = ax.get_xscale() == "log"
+    span = (lambda v: np.ptp(np.log(v))) if log else np.ptp  # noqa: E731  (shares of the axis as drawn)
+    if len(xs) < 4 or span(all_x) == 0 or span(xs) >= ZOOM_SHARE * span(all_x):
         return None
     ys = crowd["accuracy"].to_numpy(float)
     ys = ys[np.isfinite(ys)]
@@ -418,6 +452,8 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
                             & (pts[:, 1] >= b[1]) & (pts[:, 1] <= b[1] + b[3])).sum())  # fmt: skip
     slot = min(_INSET_SLOTS, key=inside)
     ins = ax.inset_axes(slot)
+    if log:
+        _log_speed_axis(ins)
     draw(ins, False)
     # within the panel's own limits (which hold every point): padded past them, the frame drawn on the panel ran
     # into its title and tick labels
@@ -445,7 +481,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     13.5-16 beside static's 1) has them again in a zoomed inset (_zoom_crowded), its frame marked on the panel."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots_base import drop_overlapping_labels, set_theme
+    from mrp_repro.report.plots_base import drop_overlapping_labels, fit_labels, set_theme
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
@@ -491,6 +527,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             t = table[(table["benchmark"] == bench) & (table["axis"] == axis)]
             draw = lambda a, legend, t=t, axis=axis, bench=bench: _draw_matched_panel(  # noqa: E731
                 a, t, axis, keys, panels[bench, axis], colors, series_labels, legend)
+            if axis in LOG_AXES:
+                _log_speed_axis(ax)
             draw(ax, True)
             _zoom_crowded(ax, t, draw)
             ax.set_xlabel(AXIS_LABELS[axis])
@@ -511,6 +549,24 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:  # after the layout: the τ labels of the frontier's
-        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="),  # crowded fast end overprinted
-                                merge=_merge_tau_labels)
+        # crowded fast end overprinted; and a label at the panel's edge printed into the next panel: the limits
+        # widen to hold every label, before and after the overlapping ones merge (a merged label is longer)
+        fit_labels(ax)
+        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="), merge=_merge_tau_labels)
+        fit_labels(ax)
     return fig
+
+
+#: the axes drawn on a log scale: a ratio, so equal factors sit equal distances apart (chain-code's wall clock: the
+#: direct and remask settings at 1.3-2.3× were a crowd beside the frontier's 8× on a linear axis)
+LOG_AXES = ("wall_speedup",)
+
+
+def _log_speed_axis(ax) -> None:
+    """A log-2 speed axis with plain tick labels (1, 1.5, 2, 3, 4, 6, 8), no minor ticks."""
+    from matplotlib import ticker
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(ticker.LogLocator(base=2, subs=(1.0, 1.5)))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())

@@ -29,7 +29,8 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
            "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL", "mark_clock_gates",
-           "hidden_markers", "drop_overlapping_labels", "NESTED_PREFIX", "side_by_side_offsets", "shift"]  # fmt: skip
+           "hidden_markers", "drop_overlapping_labels", "fit_labels", "labels_outside", "NESTED_PREFIX",
+           "side_by_side_offsets", "shift"]  # fmt: skip
 
 
 PALETTE = "colorblind"
@@ -288,6 +289,62 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         else:
             kept.append((box, t))
     return removed
+
+
+def _labels_in_view(ax) -> list:
+    """ax's visible annotations placed at a data point inside its current limits (matplotlib draws no other)."""
+    from matplotlib.text import Annotation
+
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    return [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible() and c.xycoords == "data"
+            and x0 <= c.xy[0] <= x1 and y0 <= c.xy[1] <= y1]  # fmt: skip
+
+
+def labels_outside(ax, pad_px: float = 1.0) -> list[str]:
+    """The texts of ax's annotations (in view) that are drawn past its frame by more than pad_px: a label there
+    prints into the next panel or under the tick labels (matched_speed's τ labels at a panel's right edge)."""
+    renderer = ax.figure.canvas.get_renderer()
+    a = ax.bbox
+    out = []
+    for t in _labels_in_view(ax):
+        b = t.get_window_extent(renderer)
+        if b.x0 < a.x0 - pad_px or b.x1 > a.x1 + pad_px or b.y0 < a.y0 - pad_px or b.y1 > a.y1 + pad_px:
+            out.append(t.get_text())
+    return out
+
+
+def fit_labels(ax, pad_px: float = 3.0, rounds: int = 3) -> None:
+    """Widen ax's limits until every annotation in view is drawn inside its frame (pad_px clear of it): each label's
+    overhang past a side, in pixels, is a share of the axes' width (height) that its point must sit inside by, which
+    sets that side's limit (in the axis' scale: linear or log). A few rounds, since widening one side moves every
+    point; labels whose own size exceeds the axes are left as they are. Call it after the layout is final."""
+    renderer = ax.figure.canvas.get_renderer()
+    for _ in range(rounds):
+        a = ax.bbox
+        moved = False
+        for axis, (lo_px, size) in (("x", (a.x0, a.width)), ("y", (a.y0, a.height))):
+            scale = ax.get_xscale() if axis == "x" else ax.get_yscale()
+            f, finv = (np.log10, lambda u: 10.0**u) if scale == "log" else (float, float)
+            lim = ax.get_xlim() if axis == "x" else ax.get_ylim()
+            lo, hi = f(lim[0]), f(lim[1])
+            new_lo, new_hi = lo, hi
+            for t in _labels_in_view(ax):
+                b = t.get_window_extent(renderer)
+                p = ax.transData.transform(t.xy)[0 if axis == "x" else 1]  # the point, display px
+                u = f(t.xy[0] if axis == "x" else t.xy[1])
+                before = p - (b.x0 if axis == "x" else b.y0) + pad_px  # the label's reach below/left of its point
+                after = (b.x1 if axis == "x" else b.y1) - p + pad_px  # and above/right of it
+                if p - before < lo_px and before < size:  # the point must sit at least before/size into the axes
+                    s = before / size
+                    new_lo = min(new_lo, (u - s * new_hi) / (1 - s))
+                if p + after > lo_px + size and after < size:
+                    s = after / size
+                    new_hi = max(new_hi, new_lo + (u - new_lo) / (1 - s))
+            if (new_lo, new_hi) != (lo, hi):
+                moved = True
+                (ax.set_xlim if axis == "x" else ax.set_ylim)(finv(new_lo), finv(new_hi))
+        if not moved:
+            return
 
 
 def _marker_artists(ax) -> list[tuple[str, np.ndarray, float, bool, bool]]:
