@@ -548,12 +548,18 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:  # after the layout: the τ labels of the frontier's
-        # crowded fast end overprinted; and a label at the panel's edge printed into the next panel: the limits
-        # widen to hold every label, before and after the overlapping ones merge (a merged label is longer)
-        fit_labels(ax)
-        drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="), merge=_merge_tau_labels)
-        fit_labels(ax)
+    for panel in list(fig.axes):  # after the layout: the τ labels of the frontier's crowded fast end overprinted;
+        # and a label at a panel's edge printed into the next panel: the limits widen to hold every label, before
+        # and after the overlapping ones merge (a merged label is longer)
+        for ax in (panel, *panel.child_axes):
+            fit_labels(ax)
+            drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="), merge=_merge_tau_labels)
+            fit_labels(ax)
+        for ins in panel.child_axes:  # a zoom inset's frame is drawn on its panel: within the panel's limits
+            for get, set_ in ((ins.get_xlim, panel.set_xlim), (ins.get_ylim, panel.set_ylim)):
+                lo, hi = (panel.get_xlim if set_ == panel.set_xlim else panel.get_ylim)()
+                set_(min(lo, get()[0]), max(hi, get()[1]))
+            fit_labels(panel)
     return fig
 
 
