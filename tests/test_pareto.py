@@ -246,6 +246,9 @@ def test_point_labels_sit_over_the_frontier_line_and_under_every_marker():
     assert len(others) > 2
     for x in labels:
         assert x.get_path_effects() and frontier.get_zorder() < x.get_zorder() < min(a.get_zorder() for a in others)
+    # the frontier's filled markers among those above the labels (under a label's halo they read as hollow)
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_markerfacecolor() == "black"]
+    assert dots and all(ln.get_zorder() > max(x.get_zorder() for x in labels) for ln in dots)
     plt.close(fig)
     # a zoomed panel: the inset's frame and connectors sit under the labels, which they crossed
     from matplotlib.inset import InsetIndicator
@@ -357,7 +360,8 @@ def test_the_wall_clock_frontier_is_dashed_on_each_segment_to_a_point_whose_cloc
     by_axis = {a.get_xlabel(): a for a in fig.axes}
     lines = {ln.get_label(): ln for ln in by_axis[pareto.AXIS_LABELS["wall_speedup"]].get_lines()}
     dashed = lines[pareto.FRONTIER_FAILED_LABEL]
-    assert dashed.get_linestyle() == "--"
+    # dashed in the failed gate's crimson: a label's white halo cutting the black line never reads as one
+    assert dashed.get_linestyle() == "--" and dashed.get_color() == "crimson"
     p = (t.loc[bad, "speed"], t.loc[bad, "accuracy"])
     dx, dy = dashed.get_data()
     assert np.isclose(dx, p[0]).sum() == 1 and np.isfinite(dx).sum() == 3  # one run: the point and its neighbours
@@ -371,4 +375,47 @@ def test_the_wall_clock_frontier_is_dashed_on_each_segment_to_a_point_whose_cloc
     tpf = {ln.get_label() for ln in by_axis[pareto.AXIS_LABELS["tpf"]].get_lines()}
     assert pareto.FRONTIER_FAILED_LABEL not in tpf
     assert pareto.FRONTIER_FAILED_LABEL in [x.get_text() for x in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
+def test_a_label_over_another_points_label_is_never_merged_into_it():
+    """drop_overlapping_labels merges two labels into one ("τ=0.25…0.3") only where their points are one spot on
+    screen (NEAR_PX); a label over the label of a point further away moves to a clear place beside its own point or
+    goes, and the other label keeps its text (a cold read: "τ=0.05…0.3" printed at τ=0.05's point named τ=0.3,
+    drawn 1 TPF away)."""
+    import matplotlib.pyplot as plt
+
+    from mrp_repro.report import plots_base
+
+    f, ax = plt.subplots(figsize=(4, 3))
+    ax.set_xlim(0, 10), ax.set_ylim(0, 10)
+    r = f.canvas.get_renderer()
+    a = ax.annotate("τ=0.05…0.2", (5.0, 5.0), xytext=(3, -9), textcoords="offset points")
+    b = ax.annotate("τ=0.3", (6.0, 5.0), xytext=(3, -9), textcoords="offset points")
+    f.canvas.draw()
+    gap = ax.transData.transform((6.0, 5.0))[0] - ax.transData.transform((5.0, 5.0))[0]
+    assert gap > plots_base.NEAR_PX and plots_base.text_extent(a, r).overlaps(plots_base.text_extent(b, r))
+    plots_base.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels)
+    assert a.get_text() == "τ=0.05…0.2"
+    assert b not in ax.texts or not plots_base.text_extent(a, r).overlaps(plots_base.text_extent(b, r))
+    # one spot: merged
+    c = ax.annotate("τ=0.25", (5.0, 5.05), xytext=(3, -9), textcoords="offset points")
+    plots_base.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels)
+    assert c not in ax.texts and a.get_text() == "τ=0.05…0.25"
+    plt.close(f)
+
+
+def test_a_zoom_inset_magnifies_and_carries_no_labels():
+    """The zoom inset keeps the zoom it was made for (widened to hold its labels it magnified 1.4x and less): its
+    labels stay on the panel."""
+    import matplotlib.pyplot as plt
+
+    t = pd.read_csv(__import__("pathlib").Path(__file__).resolve().parents[1] / "figures/chain16/matched_speed.csv")
+    fig = pareto.plot_matched_speed(t, "ours")
+    insets = [(p, i) for p in fig.axes for i in p.child_axes]
+    assert insets
+    for p, ins in insets:
+        assert not ins.texts
+        mag = (ins.bbox.width / np.ptp(ins.get_xlim())) / (p.bbox.width / np.ptp(p.get_xlim()))
+        assert mag > 2, (p.get_title(), mag)
     plt.close(fig)

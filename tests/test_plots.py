@@ -865,7 +865,7 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
             # over each other above the panel)
             r = fig.canvas.get_renderer()
             for ax in fig.axes:
-                boxes = [t.get_window_extent(r) for t in ax.texts if t.get_text().startswith("K=")]
+                boxes = [plots_base.text_extent(t, r) for t in ax.texts if t.get_text().startswith("K=")]
                 assert all(ax.bbox.y0 <= b.y0 and b.y1 <= ax.bbox.y1 for b in boxes), ax.get_title()
                 assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]), ax.get_title()
             # a panel whose dynamic and remask points crowd into a sliver of its axis (chain-math's TPF 13.5-16 on

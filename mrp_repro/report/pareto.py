@@ -70,7 +70,8 @@ MATCHED_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "thresh
 FRONTIER_MAX_GAP = 10.0
 #: at_equal_speed of a comparison refused for a frontier segment wider than max_gap
 GAP = "gap"
-#: matched_speed.png's legend entry of a wall-clock frontier segment drawn dashed
+#: matched_speed.png's legend entries: the dynamic frontier, and a wall-clock frontier segment drawn dashed
+FRONTIER_LABEL = "dynamic frontier (static, dynamic τ)"
 FRONTIER_FAILED_LABEL = "frontier segment at a failed clock gate (dashed)"
 _NEEDS = ["model", "benchmark", "algorithm", "mode", "setting", "threshold", "rule", "K", "problem_id", "correct",
           "tokens", "denoise_forwards", "wall_s"]  # fmt: skip
@@ -339,12 +340,13 @@ DIRECT_COLOR = "tab:blue"
 
 def _label_style() -> dict:
     """A point's label (τ, K) in plot_matched_speed: a thin white halo around its glyphs, above the frontier's line
-    (zorder 3) and the grid, which crossed the text; under the remask series and direct(K)'s markers (zorder 4-5), so
-    a label never hides a marker (a box under the whole label greyed the line and the markers it covered)."""
+    (zorder 3) and the grid, which crossed the text; under every marker: the frontier's filled ones (3.6: under a
+    halo one read as hollow, "off the frontier"), the remask series and direct(K)'s (4-5), so a label never hides a
+    marker (a box under the whole label greyed the line and the markers it covered)."""
     from matplotlib import patheffects
 
     return dict(fontsize=7, textcoords="offset points", zorder=3.5,
-                path_effects=[patheffects.withStroke(linewidth=2.2, foreground="white")])  # fmt: skip
+                path_effects=[patheffects.withStroke(linewidth=1.6, foreground="white")])  # fmt: skip
 
 
 def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict, colors: dict, series_labels: dict,
@@ -363,16 +365,15 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
     if axis == "wall_speedup" and "clock_gate" in fr:
         failed = fr["clock_gate"].fillna("").astype(str).str.startswith("failed").to_numpy()[order]
     shaky = failed[:-1] | failed[1:]  # (segments,)
+    # the line under the point labels (it crossed their text), its filled markers above them (a label's white halo
+    # over a marker made it read as hollow: "off the frontier"); the legend key shows both (FRONTIER_KEY)
     xs, ys = _segments(ps, pa, ~shaky)
-    if len(xs):
-        ax.plot(xs, ys, "-o", color="black", lw=2, ms=5, label=name("dynamic frontier (static, dynamic τ)"), zorder=3)
-    alone = np.isin(ps, xs, invert=True)  # points on no solid segment (every point when there is one)
-    if alone.any():
-        ax.plot(ps[alone], pa[alone], "o", color="black", ms=5, zorder=3,
-                label=name("dynamic frontier (static, dynamic τ)") if not len(xs) else "_frontier points")
-    if shaky.any():
+    ax.plot(xs if len(xs) else ps[:1], ys if len(xs) else pa[:1], "-", color="black", lw=2, zorder=3,
+            label=name(FRONTIER_LABEL))  # fmt: skip
+    ax.plot(ps, pa, "o", color="black", ms=5, zorder=3.6, label="_frontier points")
+    if shaky.any():  # in the failed gate's crimson: a halo's gap in the black line never reads as one
         xs, ys = _segments(ps, pa, shaky)
-        ax.plot(xs, ys, "--", color="black", lw=1.3, label=name(FRONTIER_FAILED_LABEL), zorder=3)
+        ax.plot(xs, ys, "--", color="crimson", lw=1.4, label=name(FRONTIER_FAILED_LABEL), zorder=3)
     # every frontier setting hollow: those on the frontier are filled by the line's markers
     ax.scatter(fr["speed"], fr["accuracy"], facecolors="none", edgecolors="black", s=40, zorder=4,
                label=name("static or dynamic τ off the frontier (hollow)"))  # fmt: skip
@@ -429,7 +430,8 @@ def _merge_tau_labels(kept: str, removed: str) -> str | None:
 #: a panel's dynamic and remask points crowded into under this share of its speed axis get a zoomed inset
 ZOOM_SHARE = 0.25
 #: where an inset may go (axes fractions: x0, y0, width, height); the one over the fewest points is used
-_INSET_SLOTS = ((0.3, 0.08, 0.42, 0.5), (0.3, 0.42, 0.42, 0.5), (0.05, 0.08, 0.42, 0.5), (0.53, 0.08, 0.42, 0.5))
+_INSET_SLOTS = ((0.28, 0.06, 0.38, 0.84), (0.05, 0.06, 0.38, 0.84), (0.57, 0.06, 0.38, 0.84), (0.3, 0.08, 0.42, 0.5),
+                (0.3, 0.42, 0.42, 0.5))  # fmt: skip
 
 
 def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
@@ -455,6 +457,10 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     if log:
         _log_speed_axis(ins)
     draw(ins, False)
+    # markers only: magnified, the labels crowded the inset (widened to hold them, it no longer zoomed); the panel
+    # names every point
+    for t in list(ins.texts):
+        t.remove()
     # within the panel's own limits (which hold every point): padded past them, the frame drawn on the panel ran
     # into its title and tick labels
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
@@ -462,7 +468,7 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     ins.set_ylim(max(ys.min() - pad_y, y0), min(ys.max() + pad_y, y1))
     ins.tick_params(labelsize=7)
     ins.grid(alpha=0.3)
-    ins.set_title("zoom", fontsize=7, pad=2)
+    ins.set_title("zoom (τ and K on the panel)", fontsize=7, pad=2)
     # its frame and connectors under the point labels (_label_style) and markers: drawn over them, they crossed both
     ax.indicate_inset_zoom(ins, edgecolor="0.4").set_zorder(3.2)
     return ins
@@ -544,6 +550,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     for lab, st in keys_style.items():
         if lab in seen:
             seen[lab] = Line2D([], [], color=seen[lab].get_color(), **st)
+    if FRONTIER_LABEL in seen:  # its line and its markers are two artists (_draw_matched_panel)
+        seen[FRONTIER_LABEL] = Line2D([], [], color="black", lw=2, marker="o", ms=5)
     handles, labels = list(seen.values()), list(seen)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip
@@ -551,10 +559,9 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     for panel in list(fig.axes):  # after the layout: the τ labels of the frontier's crowded fast end overprinted;
         # and a label at a panel's edge printed into the next panel: the limits widen to hold every label, before
         # and after the overlapping ones merge (a merged label is longer)
-        for ax in (panel, *panel.child_axes):
-            fit_labels(ax)
-            drop_overlapping_labels(ax, keep=lambda text: text.startswith("K="), merge=_merge_tau_labels)
-            fit_labels(ax)
+        fit_labels(panel)
+        drop_overlapping_labels(panel, keep=lambda text: text.startswith("K="), merge=_merge_tau_labels)
+        fit_labels(panel)
         for ins in panel.child_axes:  # a zoom inset's frame is drawn on its panel: within the panel's limits
             for get, set_ in ((ins.get_xlim, panel.set_xlim), (ins.get_ylim, panel.set_ylim)):
                 lo, hi = (panel.get_xlim if set_ == panel.set_xlim else panel.get_ylim)()

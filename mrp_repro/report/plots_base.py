@@ -29,7 +29,7 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
            "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL", "mark_clock_gates",
-           "hidden_markers", "drop_overlapping_labels", "fit_labels", "labels_outside", "NESTED_PREFIX",
+           "hidden_markers", "drop_overlapping_labels", "fit_labels", "labels_outside", "text_extent", "NESTED_PREFIX",
            "side_by_side_offsets", "shift"]  # fmt: skip
 
 
@@ -240,16 +240,32 @@ def nest_coincident_markers(ax) -> None:
         drawn.append(ln)
 
 
+def text_extent(t, renderer):
+    """The display box of an annotation's text alone (Annotation.get_window_extent adds its leader line's)."""
+    from matplotlib.text import Annotation, Text
+
+    if isinstance(t, Annotation):
+        t.update_positions(renderer)  # where Annotation.get_window_extent places its text before measuring
+    return Text.get_window_extent(t, renderer)
+
+
+#: two labelled points closer than this on screen (pixels, about two lines of 7-pt text) are one spot: the label kept
+#: there may name both (merge)
+NEAR_PX = 25.0
+
+
 def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
-    """Remove each of `ax`'s annotations whose drawn text overlaps one kept before it (in the order they were
-    added), so no two labels print over each other (matched_speed: τ = 0.15 ... 0.35 at one point). The annotations
-    for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K) keeps its label;
-    a τ label over one goes): each is put at the first of a few places a line or two above or below its own (its own
-    first) that is in the panel and clear of the kept labels and of every marker, else of the kept labels only (an
-    annotation placed in offset points). `merge(kept,
-    removed)`: the text the kept label takes instead (None: unchanged), so a removed label's point is still named
-    (matched_speed: "τ=0.25" over "τ=0.3" becomes "τ=0.25…0.3"). Call it after the figure's layout is final.
-    -> how many were removed."""
+    """Place `ax`'s annotations (in the order they were added) so that none prints over another or over a marker
+    other than its own point's, removing those that cannot be. The annotations for which `keep(text)` is true come
+    first and are never removed (matched_speed: every direct(K) keeps its label). Each label stays where it was put if
+    that place is in the panel and clear of the labels placed before it and of every other marker; else (a label in
+    offset points) it goes to the first such place a line above or below, or mirrored to the left of its point; a
+    kept label may also go further out, with a thin leader line to its point, and where no place is clear of markers
+    it takes the first clear of labels only. A label that still overlaps one placed before it is removed; where the
+    two points are one spot on screen (NEAR_PX), `merge(kept, removed)` gives the text the kept label takes instead
+    (None: unchanged), so the removed label's point is still named (matched_speed: "τ=0.25" over "τ=0.3" becomes
+    "τ=0.25…0.3"); a point further away is left unlabelled rather than named by another point's label. Call it after
+    the figure's layout is final. -> how many were removed."""
     from matplotlib.text import Annotation
 
     renderer = ax.figure.canvas.get_renderer()
@@ -257,38 +273,86 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     labels = [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]
     first = [t for t in labels if keep is not None and keep(t.get_text())]
     firsts = set(map(id, first))
-    # every marker drawn in the panel (display units, half its size as a radius): a kept label that is moved goes
-    # to a place clear of them too where one is (matched_speed: "K=1" printed on direct(3,4)'s ▲ read as its label)
+    # every marker drawn in the panel (display units, half its size as a radius): a label on another point's marker
+    # read as that point's (matched_speed: "K=1" printed on direct(3,4)'s ▲; "τ=0.35" on τ=0.3's ●)
     px = ax.figure.dpi / 72.0
     marks = [(xy, 0.5 * size * px) for _, pts, size, _, _ in _marker_artists(ax) for xy in pts]
+    a = ax.bbox
 
-    def on_marker(box) -> bool:
-        return any(box.x0 - r < x < box.x1 + r and box.y0 - r < y < box.y1 + r for (x, y), r in marks)
+    def clear(box, own, markers: bool) -> bool:
+        if not (a.x0 <= box.x0 and box.x1 <= a.x1 and a.y0 <= box.y0 and box.y1 <= a.y1):
+            return False
+        if any(box.overlaps(b) for b, _ in kept):
+            return False
+        return not markers or not any(box.x0 - r < x < box.x1 + r and box.y0 - r < y < box.y1 + r
+                                      for (x, y), r in marks if own is None or abs(x - own[0]) > 1
+                                      or abs(y - own[1]) > 1)  # fmt: skip
+
+    def places(t, box, far: bool) -> list[tuple[float, float, bool]]:
+        """(dx, dy, leader) in points: near its point (a line up or down, mirrored left), then further out."""
+        dx, dy = t.xyann
+        line, width = box.height / px, box.width / px
+        left = -dx - width  # the same gap, on the point's other side
+        near = [(x, dy + k * line, False) for x in (dx, left) for k in (0, 1.2, -1.2)]
+        if not far:
+            return near
+        ring = [(x * r, y * r - 0.5 * line, True) for r in (2.5 * line, 4.0 * line)
+                for x, y in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))]  # fmt: skip
+        return near + [(x - (width if x < 0 else 0), y, lead) for x, y, lead in ring]
+
+    def near(over, own) -> bool:
+        return (own is not None and over.xycoords == "data"
+                and np.hypot(*(ax.transData.transform(over.xy) - own)) <= NEAR_PX)  # fmt: skip
+
+    def drop(t, over, own) -> None:
+        if near(over, own) and merge is not None and (text := merge(over.get_text(), t.get_text())) is not None:
+            over.set_text(text)
+        t.remove()
 
     for t in first + [t for t in labels if id(t) not in firsts]:
-        box = t.get_window_extent(renderer)
-        if id(t) in firsts and t.anncoords == "offset points":
-            dx, dy = t.xyann
-            line = box.height * 72.0 / ax.figure.dpi
-            places = [(markers, dx, dy + shift * line) for markers in (True, False)
-                      for shift in (0, 1.2, -1.5, 2.4, -2.7, 3.6, -3.9)]  # fmt: skip
-            for markers, x, y in places:  # the first place clear of the kept labels (and markers), in the panel
-                t.xyann = (x, y)
-                box = t.get_window_extent(renderer)
-                inside = ax.bbox.y0 <= box.y0 and box.y1 <= ax.bbox.y1
-                if inside and not any(box.overlaps(b) for b, _ in kept) and not (markers and on_marker(box)):
-                    break
-            kept.append((box, t))
-        elif id(t) in firsts:
-            kept.append((box, t))
-        elif (over := next((k for b, k in kept if box.overlaps(b)), None)) is not None:
-            if merge is not None and (text := merge(over.get_text(), t.get_text())) is not None:
-                over.set_text(text)
-            t.remove()
+        box = text_extent(t, renderer)
+        own = ax.transData.transform(t.xy) if t.xycoords == "data" else None
+        is_kept = id(t) in firsts
+        over = next((k for b, k in kept if box.overlaps(b)), None)
+        if not is_kept and over is not None and near(over, own):  # one spot: one label names both
+            drop(t, over, own)
             removed += 1
-        else:
+            continue
+        if not clear(box, own, True) and t.anncoords == "offset points":
+            start = t.xyann
+            options = places(t, box, far=is_kept)
+            for markers in (True, False) if is_kept else (True,):
+                for x, y, lead in options:
+                    t.xyann = (x, y)
+                    if clear(b := text_extent(t, renderer), own, markers):
+                        box = b
+                        if lead:
+                            t = _with_leader(ax, t)
+                        break
+                else:
+                    continue
+                break
+            else:
+                t.xyann = start
+                box = text_extent(t, renderer)
+        over = next((k for b, k in kept if box.overlaps(b)), None)
+        if is_kept or over is None:
             kept.append((box, t))
+            continue
+        drop(t, over, own)
+        removed += 1
     return removed
+
+
+def _with_leader(ax, t):
+    """The annotation t again, with a thin grey line from its text to its point (a label moved away from it)."""
+    kw = dict(xycoords=t.xycoords, textcoords=t.anncoords, fontsize=t.get_fontsize(), zorder=t.get_zorder(),
+              path_effects=t.get_path_effects(), color=t.get_color(), ha=t.get_horizontalalignment(),
+              va=t.get_verticalalignment())  # fmt: skip
+    new = ax.annotate(t.get_text(), t.xy, xytext=t.xyann, arrowprops=dict(arrowstyle="-", lw=0.6, color="0.45",
+                                                                          shrinkA=1, shrinkB=3), **kw)  # fmt: skip
+    t.remove()
+    return new
 
 
 def _labels_in_view(ax) -> list:
@@ -307,7 +371,7 @@ def labels_outside(ax, pad_px: float = 1.0) -> list[str]:
     a = ax.bbox
     out = []
     for t in _labels_in_view(ax):
-        b = t.get_window_extent(renderer)
+        b = text_extent(t, renderer)
         if b.x0 < a.x0 - pad_px or b.x1 > a.x1 + pad_px or b.y0 < a.y0 - pad_px or b.y1 > a.y1 + pad_px:
             out.append(t.get_text())
     return out
@@ -329,7 +393,7 @@ def fit_labels(ax, pad_px: float = 3.0, rounds: int = 3) -> None:
             lo, hi = f(lim[0]), f(lim[1])
             new_lo, new_hi = lo, hi
             for t in _labels_in_view(ax):
-                b = t.get_window_extent(renderer)
+                b = text_extent(t, renderer)
                 p = ax.transData.transform(t.xy)[0 if axis == "x" else 1]  # the point, display px
                 u = f(t.xy[0] if axis == "x" else t.xy[1])
                 before = p - (b.x0 if axis == "x" else b.y0) + pad_px  # the label's reach below/left of its point
