@@ -857,6 +857,8 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
             # no label past its panel (or its inset): the τ labels at the fast end printed into the next panel
             for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:
                 assert plots_base.labels_outside(ax) == [], ax.get_title()
+                # each label nearer its own point than any other marker, or joined to it by a leader line
+                assert plots_base.labels_off_their_point(ax) == [], ax.get_title()
             for p in fig.axes:  # an inset widened for its labels stays inside its panel (its frame is drawn there)
                 for ins in p.child_axes:
                     for lim, parent in ((ins.get_xlim(), p.get_xlim()), (ins.get_ylim(), p.get_ylim())):

@@ -430,7 +430,7 @@ def _merge_tau_labels(kept: str, removed: str) -> str | None:
 #: a panel's dynamic and remask points crowded into under this share of its speed axis get a zoomed inset
 ZOOM_SHARE = 0.25
 #: where an inset may go (axes fractions: x0, y0, width, height); the one over the fewest points is used
-_INSET_SLOTS = ((0.28, 0.06, 0.38, 0.84), (0.05, 0.06, 0.38, 0.84), (0.57, 0.06, 0.38, 0.84), (0.3, 0.08, 0.42, 0.5),
+_INSET_SLOTS = ((0.28, 0.16, 0.38, 0.74), (0.05, 0.16, 0.38, 0.74), (0.57, 0.16, 0.38, 0.74), (0.3, 0.16, 0.42, 0.5),
                 (0.3, 0.42, 0.42, 0.5))  # fmt: skip
 
 
@@ -560,7 +560,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
         # and a label at a panel's edge printed into the next panel: the limits widen to hold every label, before
         # and after the overlapping ones merge (a merged label is longer)
         fit_labels(panel)
-        drop_overlapping_labels(panel, keep=lambda text: text.startswith("K="), merge=_merge_tau_labels)
+        drop_overlapping_labels(panel, keep=lambda text: text.startswith("K=") or text == "static",
+                                merge=_merge_tau_labels)  # fmt: skip
         fit_labels(panel)
         for ins in panel.child_axes:  # a zoom inset's frame is drawn on its panel: within the panel's limits
             for get, set_ in ((ins.get_xlim, panel.set_xlim), (ins.get_ylim, panel.set_ylim)):

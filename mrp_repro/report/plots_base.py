@@ -29,7 +29,8 @@ from mrp_repro.report.tables import out_dir
 
 __all__ = ["PALETTE", "LABELS", "set_theme", "save_figure", "legend_points", "nest_coincident_markers",
            "GATE_FAILED_LABEL", "GATE_UNCHECKED_LABEL", "mark_clock_gates",
-           "hidden_markers", "drop_overlapping_labels", "fit_labels", "labels_outside", "text_extent", "NESTED_PREFIX",
+           "hidden_markers", "drop_overlapping_labels", "fit_labels", "labels_outside", "labels_off_their_point",
+           "text_extent", "NESTED_PREFIX",
            "side_by_side_offsets", "shift"]  # fmt: skip
 
 
@@ -240,6 +241,11 @@ def nest_coincident_markers(ax) -> None:
         drawn.append(ln)
 
 
+def _gap(box, p) -> float:
+    """Distance (display units) from point p to the box, 0 inside it."""
+    return float(np.hypot(max(box.x0 - p[0], 0, p[0] - box.x1), max(box.y0 - p[1], 0, p[1] - box.y1)))
+
+
 def text_extent(t, renderer):
     """The display box of an annotation's text alone (Annotation.get_window_extent adds its leader line's)."""
     from matplotlib.text import Annotation, Text
@@ -249,23 +255,23 @@ def text_extent(t, renderer):
     return Text.get_window_extent(t, renderer)
 
 
-#: two labelled points closer than this on screen (pixels, about two lines of 7-pt text) are one spot: the label kept
-#: there may name both (merge)
+#: two labelled points closer than this on screen (pixels, about two lines of 7-pt text) are one spot: one label
+#: names both (drop_overlapping_labels' merge)
 NEAR_PX = 25.0
 
 
 def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
-    """Place `ax`'s annotations (in the order they were added) so that none prints over another or over a marker
-    other than its own point's, removing those that cannot be. The annotations for which `keep(text)` is true come
-    first and are never removed (matched_speed: every direct(K) keeps its label). Each label stays where it was put if
-    that place is in the panel and clear of the labels placed before it and of every other marker; else (a label in
-    offset points) it goes to the first such place a line above or below, or mirrored to the left of its point; a
-    kept label may also go further out, with a thin leader line to its point, and where no place is clear of markers
-    it takes the first clear of labels only. A label that still overlaps one placed before it is removed; where the
-    two points are one spot on screen (NEAR_PX), `merge(kept, removed)` gives the text the kept label takes instead
-    (None: unchanged), so the removed label's point is still named (matched_speed: "τ=0.25" over "τ=0.3" becomes
-    "τ=0.25…0.3"); a point further away is left unlabelled rather than named by another point's label. Call it after
-    the figure's layout is final. -> how many were removed."""
+    """Place `ax`'s annotations (in the order they were added) so that each reads as its own point's: inside the
+    panel, over no label placed before it, and nearer its own point than any other point's marker (a label nearer
+    another marker was read as that point's: matched_speed's "τ=0.35" on τ=0.3's ●, "K=1" on direct(3,4)'s ▲).
+    The annotations for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K)
+    and static). A label whose point is one spot on screen with an earlier label's (NEAR_PX) joins that label:
+    `merge(kept, removed)` gives its text (None: unchanged), so the spot names every point at it ("τ=0.25" and "τ=0.3"
+    become "τ=0.25…0.3"). Any other label stays where it was put if that place qualifies, else (in offset points)
+    goes to the first place that does a line above or below, or mirrored to the left of its point; a kept label
+    may also go further out, with a thin grey leader line to its point, and where no place qualifies it takes the
+    first clear of labels only (else stays). A label that no place holds is removed: its point is left unlabelled
+    rather than named by another point's label. Call it after the figure's layout is final. -> how many removed."""
     from matplotlib.text import Annotation
 
     renderer = ax.figure.canvas.get_renderer()
@@ -273,20 +279,24 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     labels = [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]
     first = [t for t in labels if keep is not None and keep(t.get_text())]
     firsts = set(map(id, first))
-    # every marker drawn in the panel (display units, half its size as a radius): a label on another point's marker
-    # read as that point's (matched_speed: "K=1" printed on direct(3,4)'s ▲; "τ=0.35" on τ=0.3's ●)
+    named: dict[int, list] = {}  # a label -> the points of the labels merged into it (display units)
     px = ax.figure.dpi / 72.0
-    marks = [(xy, 0.5 * size * px) for _, pts, size, _, _ in _marker_artists(ax) for xy in pts]
+    # every marker drawn in the panel: display centre and half its size as a radius
+    marks = [(np.asarray(xy, float), 0.5 * size * px) for _, pts, size, _, _ in _marker_artists(ax) for xy in pts]
     a = ax.bbox
 
-    def clear(box, own, markers: bool) -> bool:
+    def qualifies(box, own, markers: bool, leader: bool = False, also=()) -> bool:
         if not (a.x0 <= box.x0 and box.x1 <= a.x1 and a.y0 <= box.y0 and box.y1 <= a.y1):
             return False
-        if any(box.overlaps(b) for b, _ in kept):
+        if any(box.overlaps(text_extent(k, renderer)) for k in kept):
             return False
-        return not markers or not any(box.x0 - r < x < box.x1 + r and box.y0 - r < y < box.y1 + r
-                                      for (x, y), r in marks if own is None or abs(x - own[0]) > 1
-                                      or abs(y - own[1]) > 1)  # fmt: skip
+        if not markers:
+            return True
+        # nearer its own point than any other's; with a leader line (which names its point) off every marker
+        mine = 0.0 if leader or own is None else _gap(box, own)
+        mine_all = ([] if own is None else [own]) + list(also)  # its point and those it names by a merge
+        others = [(p, r) for p, r in marks if all(np.abs(p - q).max() > 1 for q in mine_all)]
+        return all(_gap(box, p) > max(r + (2 * px if leader else 0), mine + 2 * px) for p, r in others)
 
     def places(t, box, far: bool) -> list[tuple[float, float, bool]]:
         """(dx, dy, leader) in points: near its point (a line up or down, mirrored left), then further out."""
@@ -300,47 +310,64 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
                 for x, y in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))]  # fmt: skip
         return near + [(x - (width if x < 0 else 0), y, lead) for x, y, lead in ring]
 
-    def near(over, own) -> bool:
-        return (own is not None and over.xycoords == "data"
-                and np.hypot(*(ax.transData.transform(over.xy) - own)) <= NEAR_PX)  # fmt: skip
-
-    def drop(t, over, own) -> None:
-        if near(over, own) and merge is not None and (text := merge(over.get_text(), t.get_text())) is not None:
-            over.set_text(text)
-        t.remove()
+    def at_spot(own):
+        if own is None:
+            return None
+        return next((k for k in kept if id(k) not in firsts and k.xycoords == "data"
+                     and np.hypot(*(ax.transData.transform(k.xy) - own)) <= NEAR_PX), None)  # fmt: skip
 
     for t in first + [t for t in labels if id(t) not in firsts]:
-        box = text_extent(t, renderer)
         own = ax.transData.transform(t.xy) if t.xycoords == "data" else None
         is_kept = id(t) in firsts
-        over = next((k for b, k in kept if box.overlaps(b)), None)
-        if not is_kept and over is not None and near(over, own):  # one spot: one label names both
-            drop(t, over, own)
+        if not is_kept and (spot := at_spot(own)) is not None:  # one spot: one label names every point at it
+            if merge is not None and (text := merge(spot.get_text(), t.get_text())) is not None:
+                spot.set_text(text)
+            named.setdefault(id(spot), []).append(own)
+            t.remove()
             removed += 1
             continue
-        if not clear(box, own, True) and t.anncoords == "offset points":
-            start = t.xyann
-            options = places(t, box, far=is_kept)
+        placed = qualifies(text_extent(t, renderer), own, True)
+        if not placed and t.anncoords == "offset points":
+            start, box = t.xyann, text_extent(t, renderer)
+            options = places(t, box, far=is_kept)  # offsets from where it was put
             for markers in (True, False) if is_kept else (True,):
-                for x, y, lead in options:
+                # on a marker anyway (the last resort): a place with a leader line first, which names its point
+                for x, y, lead in options if markers else sorted(options, key=lambda o: not o[2]):
                     t.xyann = (x, y)
-                    if clear(b := text_extent(t, renderer), own, markers):
-                        box = b
+                    if qualifies(text_extent(t, renderer), own, markers, lead):
+                        placed = True
                         if lead:
                             t = _with_leader(ax, t)
+                            firsts.add(id(t))  # only kept labels go far enough for a leader
                         break
-                else:
-                    continue
-                break
-            else:
+                if placed:
+                    break
+            if not placed:
                 t.xyann = start
-                box = text_extent(t, renderer)
-        over = next((k for b, k in kept if box.overlaps(b)), None)
-        if is_kept or over is None:
-            kept.append((box, t))
-            continue
-        drop(t, over, own)
-        removed += 1
+        if placed or is_kept:
+            kept.append(t)
+        else:
+            t.remove()
+            removed += 1
+    # a label that merged others grew: placed again where its longer text still reads as its point's, else removed
+    for t in [k for k in kept if id(k) not in firsts]:
+        kept.remove(t)
+        own = ax.transData.transform(t.xy) if t.xycoords == "data" else None
+        also = named.get(id(t), [])
+        ok = qualifies(text_extent(t, renderer), own, True, also=also)
+        if not ok and t.anncoords == "offset points":
+            start = t.xyann
+            for x, y, _ in places(t, text_extent(t, renderer), far=False):
+                t.xyann = (x, y)
+                if ok := qualifies(text_extent(t, renderer), own, True, also=also):
+                    break
+            if not ok:
+                t.xyann = start
+        if ok:
+            kept.append(t)
+        else:
+            t.remove()
+            removed += 1
     return removed
 
 
@@ -373,6 +400,22 @@ def labels_outside(ax, pad_px: float = 1.0) -> list[str]:
     for t in _labels_in_view(ax):
         b = text_extent(t, renderer)
         if b.x0 < a.x0 - pad_px or b.x1 > a.x1 + pad_px or b.y0 < a.y0 - pad_px or b.y1 > a.y1 + pad_px:
+            out.append(t.get_text())
+    return out
+
+
+def labels_off_their_point(ax) -> list[str]:
+    """The texts of ax's annotations (in view, without a leader line) drawn nearer the marker of a point beyond
+    NEAR_PX of their own than their own point: read as that point's label (matched_speed's "τ=0.35" on τ=0.3's
+    marker). Markers within NEAR_PX are not counted: a merged label names the points of its spot."""
+    renderer = ax.figure.canvas.get_renderer()
+    marks = [np.asarray(xy, float) for _, pts, _, _, _ in _marker_artists(ax) for xy in pts]
+    out = []
+    for t in _labels_in_view(ax):
+        if t.arrow_patch is not None:
+            continue
+        b, own = text_extent(t, renderer), ax.transData.transform(t.xy)
+        if any(_gap(b, p) < _gap(b, own) for p in marks if np.hypot(*(p - own)) > NEAR_PX):
             out.append(t.get_text())
     return out
 
