@@ -262,41 +262,70 @@ NEAR_PX = 25.0
 
 def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     """Place `ax`'s annotations (in the order they were added) so that each reads as its own point's: inside the
-    panel, over no label placed before it, and nearer its own point than any other point's marker (a label nearer
-    another marker was read as that point's: matched_speed's "τ=0.35" on τ=0.3's ●, "K=1" on direct(3,4)'s ▲).
-    The annotations for which `keep(text)` is true come first and are never removed (matched_speed: every direct(K)
-    and static). A label whose point is one spot on screen with an earlier label's (NEAR_PX) joins that label:
-    `merge(kept, removed)` gives its text (None: unchanged), so the spot names every point at it ("τ=0.25" and "τ=0.3"
-    become "τ=0.25…0.3"). Any other label stays where it was put if that place qualifies, else (in offset points)
-    goes to the first place that does a line above or below, or mirrored to the left of its point; a kept label
-    may also go further out, with a thin grey leader line to its point, and where no place qualifies it takes the
-    first clear of labels only (else stays). A label that no place holds is removed: its point is left unlabelled
-    rather than named by another point's label. Call it after the figure's layout is final. -> how many removed."""
+    panel, over no label placed before it nor an inset, off every marker, and nearer its own point than any other
+    point's marker (a label nearer another marker was read as that point's: matched_speed's "τ=0.35" on τ=0.3's ●,
+    "K=1" on direct(3,4)'s ▲). First the labels of points that are one spot on screen (within NEAR_PX of the spot's
+    first point) become one: `merge(first, other)` gives its text (None: unchanged), so the spot names every point at
+    it ("τ=0.25" and "τ=0.3" become "τ=0.25…0.3"). The annotations for which `keep(text)` is true are placed first
+    and never removed (matched_speed: every direct(K) and static). A label stays where it was put if that place
+    qualifies, else (in offset points) goes to the first place that does a line above or below, or mirrored to the
+    left of its point; a kept label may also go further out, with a thin grey leader line to its point that passes
+    no other marker and no label, and where no place qualifies it takes the first clear of labels only (else stays).
+    A label that no place holds is removed: its point is left unlabelled rather than named by another point's
+    label. Call it after the figure's layout is final. -> how many were removed."""
     from matplotlib.text import Annotation
 
     renderer = ax.figure.canvas.get_renderer()
-    kept, removed = [], 0
     labels = [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible()]
-    first = [t for t in labels if keep is not None and keep(t.get_text())]
-    firsts = set(map(id, first))
-    named: dict[int, list] = {}  # a label -> the points of the labels merged into it (display units)
+    firsts = {id(t) for t in labels if keep is not None and keep(t.get_text())}
     px = ax.figure.dpi / 72.0
     # every marker drawn in the panel: display centre and half its size as a radius
     marks = [(np.asarray(xy, float), 0.5 * size * px) for _, pts, size, _, _ in _marker_artists(ax) for xy in pts]
+    insets = [c.get_tightbbox(renderer) for c in ax.child_axes]  # an inset (title, ticks) hides what is under it
     a = ax.bbox
+    removed = 0
+    named: dict[int, list] = {}  # a label -> the display points it names (its own and those merged into it)
+    for t in labels:
+        if t.xycoords == "data":
+            named[id(t)] = [ax.transData.transform(t.xy)]
+    spots: list = []  # the first label of each spot
+    for t in [t for t in labels if id(t) not in firsts]:
+        own = named.get(id(t), [None])[0]
+        spot = next((k for k in spots if own is not None and np.hypot(*(named[id(k)][0] - own)) <= NEAR_PX), None)
+        if spot is None:
+            spots.append(t)
+            continue
+        if merge is not None and (text := merge(spot.get_text(), t.get_text())) is not None:
+            spot.set_text(text)
+        named[id(spot)].append(own)
+        t.remove()
+        removed += 1
+    kept = []
 
-    def qualifies(box, own, markers: bool, leader: bool = False, also=()) -> bool:
+    def qualifies(box, mine_pts, markers: bool, leader: bool = False) -> bool:
         if not (a.x0 <= box.x0 and box.x1 <= a.x1 and a.y0 <= box.y0 and box.y1 <= a.y1):
             return False
-        if any(box.overlaps(text_extent(k, renderer)) for k in kept):
+        if any(box.overlaps(text_extent(k, renderer)) for k in kept) or any(box.overlaps(i) for i in insets):
             return False
         if not markers:
             return True
-        # nearer its own point than any other's; with a leader line (which names its point) off every marker
+        own = mine_pts[0] if mine_pts else None
+        # off every marker (the label's own spot's too: a range's end under a marker read as another number);
+        # nearer its own point than any other's, or (a leader line names its point) off every marker by a margin
         mine = 0.0 if leader or own is None else _gap(box, own)
-        mine_all = ([] if own is None else [own]) + list(also)  # its point and those it names by a merge
-        others = [(p, r) for p, r in marks if all(np.abs(p - q).max() > 1 for q in mine_all)]
-        return all(_gap(box, p) > max(r + (2 * px if leader else 0), mine + 2 * px) for p, r in others)
+        for p, r in marks:
+            at_own = any(np.abs(p - q).max() <= 1 for q in mine_pts)
+            if _gap(box, p) <= (0.5 * r if at_own else max(r + (2 * px if leader else 0), mine + 2 * px)):
+                return False
+        if leader and own is not None:  # the line from the text's centre to its point passes no other marker or label
+            c = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+            seg = [c + f * (own - c) for f in np.linspace(0.15, 0.9, 16)]
+            if any(np.hypot(*(q - p)) <= r + px for p, r in marks if np.abs(p - own).max() > 1 for q in seg):
+                return False
+            others = [text_extent(k, renderer) for k in kept]
+            if any(b.x0 <= q[0] <= b.x1 and b.y0 <= q[1] <= b.y1 for b in others for q in seg):
+                return False
+        return True
 
     def places(t, box, far: bool) -> list[tuple[float, float, bool]]:
         """(dx, dy, leader) in points: near its point (a line up or down, mirrored left), then further out."""
@@ -310,23 +339,10 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
                 for x, y in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))]  # fmt: skip
         return near + [(x - (width if x < 0 else 0), y, lead) for x, y, lead in ring]
 
-    def at_spot(own):
-        if own is None:
-            return None
-        return next((k for k in kept if id(k) not in firsts and k.xycoords == "data"
-                     and np.hypot(*(ax.transData.transform(k.xy) - own)) <= NEAR_PX), None)  # fmt: skip
-
-    for t in first + [t for t in labels if id(t) not in firsts]:
-        own = ax.transData.transform(t.xy) if t.xycoords == "data" else None
+    for t in [t for t in labels if id(t) in firsts] + spots:
+        mine_pts = named.get(id(t), [])
         is_kept = id(t) in firsts
-        if not is_kept and (spot := at_spot(own)) is not None:  # one spot: one label names every point at it
-            if merge is not None and (text := merge(spot.get_text(), t.get_text())) is not None:
-                spot.set_text(text)
-            named.setdefault(id(spot), []).append(own)
-            t.remove()
-            removed += 1
-            continue
-        placed = qualifies(text_extent(t, renderer), own, True)
+        placed = qualifies(text_extent(t, renderer), mine_pts, True)
         if not placed and t.anncoords == "offset points":
             start, box = t.xyann, text_extent(t, renderer)
             options = places(t, box, far=is_kept)  # offsets from where it was put
@@ -334,36 +350,16 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
                 # on a marker anyway (the last resort): a place with a leader line first, which names its point
                 for x, y, lead in options if markers else sorted(options, key=lambda o: not o[2]):
                     t.xyann = (x, y)
-                    if qualifies(text_extent(t, renderer), own, markers, lead):
+                    if qualifies(text_extent(t, renderer), mine_pts, markers, lead):
                         placed = True
                         if lead:
                             t = _with_leader(ax, t)
-                            firsts.add(id(t))  # only kept labels go far enough for a leader
                         break
                 if placed:
                     break
             if not placed:
                 t.xyann = start
         if placed or is_kept:
-            kept.append(t)
-        else:
-            t.remove()
-            removed += 1
-    # a label that merged others grew: placed again where its longer text still reads as its point's, else removed
-    for t in [k for k in kept if id(k) not in firsts]:
-        kept.remove(t)
-        own = ax.transData.transform(t.xy) if t.xycoords == "data" else None
-        also = named.get(id(t), [])
-        ok = qualifies(text_extent(t, renderer), own, True, also=also)
-        if not ok and t.anncoords == "offset points":
-            start = t.xyann
-            for x, y, _ in places(t, text_extent(t, renderer), far=False):
-                t.xyann = (x, y)
-                if ok := qualifies(text_extent(t, renderer), own, True, also=also):
-                    break
-            if not ok:
-                t.xyann = start
-        if ok:
             kept.append(t)
         else:
             t.remove()
