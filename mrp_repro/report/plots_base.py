@@ -255,9 +255,9 @@ def text_extent(t, renderer):
     return Text.get_window_extent(t, renderer)
 
 
-#: two labelled points closer than this on screen (pixels, about two lines of 7-pt text) are one spot: one label
-#: names both (drop_overlapping_labels' merge)
-NEAR_PX = 25.0
+#: two labelled points closer than this on screen (pixels, about one marker across) are one spot: one label names
+#: both (drop_overlapping_labels' merge); at 25 a range named points drawn apart (τ=0.35 18 px from τ=0.3)
+NEAR_PX = 12.0
 
 
 def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
@@ -302,30 +302,28 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         removed += 1
     kept = []
 
-    def qualifies(box, mine_pts, markers: bool, leader: bool = False) -> bool:
+    def conflicts(box, mine_pts, leader: bool = False) -> int | None:
+        """None where the label may not go (outside the panel, over a label or an inset), else a count of what it
+        would be read against: 2 per marker under the text (its own spot's too: a range's last digit under a square
+        read as another number) or nearer the text than its own point (without a leader line, which names its
+        point), 1 per marker or label its leader line crosses."""
         if not (a.x0 <= box.x0 and box.x1 <= a.x1 and a.y0 <= box.y0 and box.y1 <= a.y1):
-            return False
+            return None
         if any(box.overlaps(text_extent(k, renderer)) for k in kept) or any(box.overlaps(i) for i in insets):
-            return False
-        if not markers:
-            return True
+            return None
         own = mine_pts[0] if mine_pts else None
-        # off every marker (the label's own spot's too: a range's end under a marker read as another number);
-        # nearer its own point than any other's, or (a leader line names its point) off every marker by a margin
         mine = 0.0 if leader or own is None else _gap(box, own)
+        n = 0  # a marker under or nearest the text counts twice a line crossed: it is what misnames a label
         for p, r in marks:
             at_own = any(np.abs(p - q).max() <= 1 for q in mine_pts)
-            if _gap(box, p) <= (0.5 * r if at_own else max(r + (2 * px if leader else 0), mine + 2 * px)):
-                return False
-        if leader and own is not None:  # the line from the text's centre to its point passes no other marker or label
+            n += 2 * (_gap(box, p) <= (0.8 * r if at_own else max(r + (2 * px if leader else 0), mine + 2 * px)))
+        if leader and own is not None:  # the line from the text's centre to its point
             c = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
             seg = [c + f * (own - c) for f in np.linspace(0.15, 0.9, 16)]
-            if any(np.hypot(*(q - p)) <= r + px for p, r in marks if np.abs(p - own).max() > 1 for q in seg):
-                return False
-            others = [text_extent(k, renderer) for k in kept]
-            if any(b.x0 <= q[0] <= b.x1 and b.y0 <= q[1] <= b.y1 for b in others for q in seg):
-                return False
-        return True
+            n += sum(any(np.hypot(*(q - p)) <= r + px for q in seg) for p, r in marks if np.abs(p - own).max() > 1)
+            n += sum(any(b.x0 <= q[0] <= b.x1 and b.y0 <= q[1] <= b.y1 for q in seg)
+                     for b in (text_extent(k, renderer) for k in kept))  # fmt: skip
+        return n
 
     def places(t, box, far: bool) -> list[tuple[float, float, bool]]:
         """(dx, dy, leader) in points: near its point (a line up or down, mirrored left), then further out."""
@@ -335,29 +333,35 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         near = [(x, dy + k * line, False) for x in (dx, left) for k in (0, 1.2, -1.2)]
         if not far:
             return near
-        ring = [(x * r, y * r - 0.5 * line, True) for r in (2.5 * line, 4.0 * line)
+        ring = [(x * r, y * r - 0.5 * line, True) for r in (2.5 * line, 4.0 * line, 5.5 * line, 7.0 * line)
                 for x, y in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))]  # fmt: skip
         return near + [(x - (width if x < 0 else 0), y, lead) for x, y, lead in ring]
 
     for t in [t for t in labels if id(t) in firsts] + spots:
         mine_pts = named.get(id(t), [])
         is_kept = id(t) in firsts
-        placed = qualifies(text_extent(t, renderer), mine_pts, True)
+        placed = conflicts(text_extent(t, renderer), mine_pts) == 0
         if not placed and t.anncoords == "offset points":
             start, box = t.xyann, text_extent(t, renderer)
-            options = places(t, box, far=is_kept)  # offsets from where it was put
-            for markers in (True, False) if is_kept else (True,):
-                # on a marker anyway (the last resort): a place with a leader line first, which names its point
-                for x, y, lead in options if markers else sorted(options, key=lambda o: not o[2]):
-                    t.xyann = (x, y)
-                    if qualifies(text_extent(t, renderer), mine_pts, markers, lead):
-                        placed = True
-                        if lead:
-                            t = _with_leader(ax, t)
-                        break
-                if placed:
+            scored = []  # (conflicts, order, place) of every place a label may go
+            for i, (x, y, lead) in enumerate(places(t, box, far=is_kept)):  # offsets from where it was put
+                t.xyann = (x, y)
+                n = conflicts(text_extent(t, renderer), mine_pts, lead)
+                if n == 0:
+                    scored = [(0, i, (x, y, lead))]
                     break
-            if not placed:
+                if n is not None:
+                    scored.append((n, i, (x, y, lead)))
+            # the first place read against nothing; a kept label that has none takes the place read against least
+            # (on ties, the first)
+            best = min(scored, default=None)
+            if best is not None and (best[0] == 0 or is_kept):
+                x, y, lead = best[2]
+                t.xyann = (x, y)
+                placed = True
+                if lead:
+                    t = _with_leader(ax, t)
+            else:
                 t.xyann = start
         if placed or is_kept:
             kept.append(t)
