@@ -270,9 +270,9 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     and never removed (matched_speed: every direct(K) and static). A label stays where it was put if that place
     qualifies, else (in offset points) goes to the first place that does a line above or below, or mirrored to the
     left of its point; a kept label may also go further out, with a thin grey leader line to its point that passes
-    no other marker and no label, and where no place qualifies it takes the first clear of labels only (else stays).
-    A label that no place holds is removed: its point is left unlabelled rather than named by another point's
-    label. Call it after the figure's layout is final. -> how many were removed."""
+    no other marker and no label, and where no place qualifies it takes the place read against fewest markers
+    (`conflicts`; else stays). A label that no place holds is removed: its point is left unlabelled rather than
+    named by another point's label. Call it after the figure's layout is final. -> how many were removed."""
     from matplotlib.text import Annotation
 
     renderer = ax.figure.canvas.get_renderer()
