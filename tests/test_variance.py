@@ -4,13 +4,16 @@ on smoke (2 head seeds, 2 backbone seeds, tiny step counts)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from mrp_repro.report import variance
+from mrp_repro.report import variance, variance_store
 from mrp_repro.report.verdicts import DIRECTION, HOLDS, NA, NOT, NOT_SHOWN
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_verdict_is_robust_only_if_every_measured_seed_passes():
@@ -158,6 +161,27 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs, monk
     again = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)
     pd.testing.assert_frame_equal(again["per_seed"], per)
     assert all(p.stat().st_mtime_ns == s for p, s in stamps.items())
+    # a later run keeps the seeds it does not run, each with the commit that computed it (report.variance_store)
+    claims_rows = pd.read_csv(figs / variance_store.SEED_CLAIMS_FILE, keep_default_na=False)
+    every = {(k, s) for k in (variance.HEAD, variance.BACKBONE) for s in (0, 1)}
+    assert set(zip(claims_rows["seed_kind"], claims_rows["seed"], strict=True)) == every
+    assert per["computed_at"].nunique() == 1 and (per["profile_hash"] == P.hash).all()
+    assert (per["seed_prompts"] == 2).all()
+    part = variance.run(P, head_seeds=(0,), backbone_seeds=(), n_prompts=2)
+    assert set(part["kept"].commits) == {(variance.HEAD, 1), (variance.BACKBONE, 0), (variance.BACKBONE, 1)}
+    pd.testing.assert_frame_equal(part["per_seed"], per)
+    pd.testing.assert_frame_equal(part["claims"], across)
+    assert list(part["heads"]["seed"]) == [0, 1] and part["heads"].attrs["chosen"] == heads.attrs["chosen"]
+    assert "Kept from an earlier run" in (figs / "variance.md").read_text()
+    # the seed files left by the kept run give back its across-seeds table (what tests/ checks on committed figures)
+    pd.testing.assert_frame_equal(_across_from_seed_files(figs, P.seed), _read_str(figs / "variance_claims.csv"))
+    alone = variance.run(P, head_seeds=(0,), backbone_seeds=(), n_prompts=2, keep_other_seeds=False)
+    assert set(alone["per_seed"]["seed"]) == {0} and alone["kept"].commits == {}
+    # a seed decoded on other prompts, or under another recipe, is not kept, and says why
+    wrong = variance_store.kept_seeds(figs, P, set(), n_prompts=3)
+    assert not wrong.commits and any("decoded on 2 prompts per task, this run on 3" in w for w in wrong.dropped)
+    other = variance_store.kept_seeds(figs, P.replace({"decoding.frontier_max_gap": 7.0}), set(), n_prompts=2)
+    assert not other.commits and any("another recipe" in w for w in other.dropped), other.dropped
     # a published backbone (as tiny's) stands for the profile's seed: --threads must not retrain it
     from mrp_repro import published
     from mrp_repro.training import backbone as training_backbone
@@ -241,3 +265,32 @@ def test_the_published_head_is_chosen_by_a_rule_declared_before_decoding():
 
     src = inspect.getsource(variance.head_choice)
     assert "collect_runs" not in src and "generate" not in src  # the rule reads metrics.json, nothing decoded
+
+
+def _read_str(path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=False, dtype=str)
+
+
+def _across_from_seed_files(directory, published_seed: int) -> pd.DataFrame:
+    """variance_claims computed again from variance_seed_claims.csv's per-seed verdicts alone."""
+    rows = pd.read_csv(directory / variance_store.SEED_CLAIMS_FILE, keep_default_na=False)
+    reports = {(k, int(s)): g.reset_index(drop=True) for (k, s), g in rows.groupby(["seed_kind", "seed"], sort=False)}
+    out = variance.claims_across_seeds(reports, published_seed)
+    return out.astype(str).replace({"nan": ""}).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("profile", sorted(p.parent.name for p in (ROOT / "figures").glob(
+    f"*/{variance_store.SEED_CLAIMS_FILE}")))  # fmt: skip
+def test_the_committed_across_seeds_verdicts_follow_from_the_committed_per_seed_verdicts(profile):
+    """variance_claims.csv is what claims_across_seeds gives on variance_seed_claims.csv's per-seed rows, so a seed
+    kept from an earlier run (report.variance_store) is judged with the seeds run since, by the same rule."""
+    d = ROOT / "figures" / profile
+    seeds = pd.read_csv(d / "variance_seeds.csv", keep_default_na=False)
+    claims_rows = pd.read_csv(d / variance_store.SEED_CLAIMS_FILE, keep_default_na=False)
+    key = lambda f: set(zip(f["seed_kind"], f["seed"].astype(int), strict=True))  # noqa: E731
+    assert key(seeds) == key(claims_rows)  # every seed in both files
+    assert (seeds["profile_hash"] != "").all() and (seeds["computed_at"] != "").all()
+    from mrp_repro.config import load_profile
+
+    published = load_profile(profile).seed
+    pd.testing.assert_frame_equal(_across_from_seed_files(d, published), _read_str(d / "variance_claims.csv"))

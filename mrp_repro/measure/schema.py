@@ -213,6 +213,11 @@ TABLE_COLUMNS: dict[str, str] = {
     "seed_value": "this seed's value",
     "seed_value_lo": "its bootstrap CI over prompts, low end (blank where the number has none)",
     "seed_value_hi": "its bootstrap CI over prompts, high end",
+    "seed_prompts": "prompts per task the seed was decoded on (variance --n; evaluation.n_prompts without it)",
+    "computed_at": "the commit (12 hex; +dirty: with uncommitted code) of the run that computed the row: a seed "
+    "kept from an earlier run (report.variance_store) names it",
+    "profile_hash": "the profile's hash (its recipe) the row was computed under: a kept seed must match the profile's "
+    "current one",
     # ---- the decoding tables (paper.*_table, stats.summarize, cost model)
     "n": "count: the sample the row is over: prompts (decoding tables), positions (adjacent), rows N of the "
     "[N, V] logits (kernels)",

@@ -76,7 +76,8 @@ HEADLINES = {
 #: variance.csv's columns and variance_seeds.csv's (one row per seed and headline): defined once in the schema
 _VARIANCE = ("headline", "benchmark", "seed_kind", "n_seeds", "seeds", "published", "published_lo", "published_hi",
              "seed_mean", "seed_std", "seed_min", "seed_max", "ci_covers_seeds")  # fmt: skip
-_SEEDS = ("seed_kind", "seed", "headline", "benchmark", "seed_value", "seed_value_lo", "seed_value_hi")
+_SEEDS = ("seed_kind", "seed", "headline", "benchmark", "seed_value", "seed_value_lo", "seed_value_hi", "seed_prompts",
+          "computed_at", "profile_hash")  # fmt: skip
 COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
 SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
 HEAD, BACKBONE = "head seeds", "backbone seeds"
@@ -102,7 +103,8 @@ _CLAIMS = ("id", "scope", "seed_kind", "seeds", "seed_verdicts", "verdict_across
 PUBLISHED_HEAD_RULE = ("the head seed whose held-out KL ratio KL(B‖A+C) / KL(B‖A) (the head's metrics.json, from "
                        "training alone) is the median of the head seeds (an even count: the lower of the two middle "
                        "ones; ties: the lower seed)")
-_HEADS = ("seed", "heldout_kl", "heldout_baseline_kl", "heldout_kl_ratio", "chosen_by_rule", "published_head")
+_HEADS = ("seed", "heldout_kl", "heldout_baseline_kl", "heldout_kl_ratio", "chosen_by_rule", "published_head",
+          "computed_at", "profile_hash")  # fmt: skip
 CLAIM_COLUMNS = {c: TABLE_COLUMNS[c] for c in _CLAIMS}
 HEAD_COLUMNS = {c: TABLE_COLUMNS[c] for c in _HEADS}
 
@@ -389,19 +391,24 @@ def rule_choice(ratios: dict[int, float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
-def head_choice(P, bb, head_seeds, progress: bool = False) -> pd.DataFrame:
+def head_choice(P, bb, head_seeds, progress: bool = False, kept: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every head seed trained (cached), before any decoding, and PUBLISHED_HEAD_RULE applied: HEAD_COLUMNS, one row
-    per seed (chosen_by_rule: the rule's seed; published_head: the profile's own seed, the published head)."""
-    rows = {}
+    per seed (chosen_by_rule: the rule's seed; published_head: the profile's own seed, the published head). kept:
+    head rows an earlier run computed (variance_store.kept_seeds), judged by the rule with the seeds trained now."""
+    from mrp_repro.report.variance_store import provenance_of
+
+    prov = {k: v for k, v in provenance_of(P, 0).items() if k in _HEADS}
+    rows = {int(r["seed"]): {c: r[c] for c in _HEADS[:4] + ("computed_at", "profile_hash")}
+            for r in (kept.to_dict("records") if kept is not None else ())}  # fmt: skip
     for s in head_seeds:
         _, hdir = _head_seed(P, bb, s, progress)
         m = json.loads((hdir / "metrics.json").read_text())
         base = m.get("heldout_baseline_kl") or math.nan
         rows[s] = dict(seed=s, heldout_kl=m.get("heldout_kl", math.nan), heldout_baseline_kl=base,
-                       heldout_kl_ratio=m.get("heldout_kl", math.nan) / base)
+                       heldout_kl_ratio=m.get("heldout_kl", math.nan) / base, **prov)
     chosen = rule_choice({s: r["heldout_kl_ratio"] for s, r in rows.items()})
-    out = pd.DataFrame([{**r, "chosen_by_rule": s == chosen, "published_head": s == P.seed} for s, r in rows.items()],
-                       columns=list(_HEADS))  # fmt: skip
+    out = pd.DataFrame([{**r, "chosen_by_rule": s == chosen, "published_head": s == P.seed}
+                        for s, r in sorted(rows.items())], columns=list(_HEADS))  # fmt: skip
     out.attrs["chosen"] = chosen
     return out
 
@@ -481,10 +488,13 @@ def plot_spread(per_seed: pd.DataFrame, published_seed: int):
 
 
 def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence[int] = (0, 1, 2),
-        n_prompts: int | None = None, threads: int | None = None, out=None, progress: bool = False) -> dict:
-    """Every seed of both kinds (cached: a killed run resumes), then the tables and the figure."""
+        n_prompts: int | None = None, threads: int | None = None, out=None, progress: bool = False,
+        keep_other_seeds: bool = True) -> dict:  # fmt: skip
+    """Every seed of both kinds (cached: a killed run resumes), then the tables and the figure. keep_other_seeds: the
+    seeds out/'s per-seed files hold from an earlier run and not run now stay in the tables, each named with the
+    commit that computed it (report.variance_store); False: only the seeds run now."""
     from mrp_repro import stages
-    from mrp_repro.report import tables
+    from mrp_repro.report import tables, variance_store
     from mrp_repro.report.plots_base import save_figure
     from mrp_repro.runtime import seed_everything, set_num_threads
 
@@ -493,34 +503,49 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     t0 = time.perf_counter()
     from mrp_repro.report import claims
 
-    rows, timing, reports = [], [], {}
+    figs = tables.out_dir(out if out is not None else P)
+    n = n_prompts if n_prompts is not None else P.evaluation.n_prompts
+    running = {(HEAD, int(s)) for s in head_seeds} | {(BACKBONE, int(s)) for s in backbone_seeds}
+    kept = variance_store.kept_seeds(figs, P, running, n) if keep_other_seeds else variance_store.nothing_kept()
+    for why in kept.dropped:
+        print(f"[variance] not kept: {why}", flush=True)
+    prov = variance_store.provenance_of(P, n)
+    rows, timing, reports, seed_claims = [], [], dict(kept.reports), list(kept.reports.values())
     ev = P.evaluation
     bb = stages.backbone(P, progress=progress) if head_seeds else None
     heads = None
-    if head_seeds:  # every head trained, and the published head's rule applied, before anything is decoded
+    if head_seeds or (kept.heads is not None and len(kept.heads)):
+        # every head trained, and the published head's rule applied, before anything is decoded
         set_num_threads(threads)
-        heads = head_choice(P, bb, head_seeds, progress)
+        heads = head_choice(P, bb, head_seeds, progress, kept=kept.heads)
         print(f"[variance] {PUBLISHED_HEAD_RULE}: head seed {heads.attrs['chosen']} (published: {P.seed})", flush=True)
     for kind, seeds in ((HEAD, head_seeds), (BACKBONE, backbone_seeds)):
         for s in seeds:
             ts = time.perf_counter()
             r = seed_run(P, kind, s, n_prompts, threads, progress, bb=bb if kind == HEAD else None)
-            rows += [{"seed_kind": kind, "seed": s, **v} for v in r["values"]]
+            rows += [{"seed_kind": kind, "seed": s, **v, **prov} for v in r["values"]]
             found = claims.tables_from_results(seed_results(P, kind, s, run=r), n_boot=ev.bootstrap_samples,
                                                ci=ev.ci)  # fmt: skip
             reports[(kind, s)] = claims.check_claims(found, numeric=claims.is_numeric_profile(P),
                                                      paper_model=P.paper.model, n_boot=ev.bootstrap_samples, ci=ev.ci,
                                                      frontier_max_gap=P.decoding.frontier_max_gap)  # fmt: skip
+            seed_claims.append(variance_store.seed_claim_rows(kind, s, reports[(kind, s)], SEED_CLAIMS, prov))
             timing.append((kind, s, time.perf_counter() - ts))
             print(f"[variance] {kind} {s}: {timing[-1][2]:.0f}s ({r['head_dir'].name})", flush=True)
-    per_seed = pd.DataFrame(rows, columns=list(SEED_COLUMNS))
+    per_seed = pd.concat([f for f in (pd.DataFrame(rows, columns=list(SEED_COLUMNS)), kept.values) if len(f)]
+                         or [pd.DataFrame(columns=list(SEED_COLUMNS))], ignore_index=True)  # fmt: skip
+    order = {HEAD: 0, BACKBONE: 1}
+    per_seed = (per_seed.assign(_k=per_seed["seed_kind"].map(order)).sort_values(["_k", "seed"], kind="stable")
+                .drop(columns="_k").reset_index(drop=True))  # fmt: skip
+    reports = dict(sorted(reports.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
     table = spread_table(per_seed, P.seed)
-    figs = tables.out_dir(out if out is not None else P)
-    n = n_prompts if n_prompts is not None else P.evaluation.n_prompts
-    hs, bs = (" ".join(map(str, x)) or "none" for x in (head_seeds, backbone_seeds))
-    note = (f"Published = the profile's seed {P.seed} (its backbone and head); {n} prompts per task; head seeds {hs}, "
-            f"backbone seeds {bs}. CIs: bootstrap over prompts of the published run; std over seeds. Columns: "
-            "docs/ablations.md.")
+
+    def seeds_of(kind):
+        return " ".join(map(str, sorted({s for k, s in reports if k == kind}))) or "none"
+
+    note = (f"Published = the profile's seed {P.seed} (its backbone and head); {n} prompts per task; head seeds "
+            f"{seeds_of(HEAD)}, backbone seeds {seeds_of(BACKBONE)}. CIs: bootstrap over prompts of the published "
+            "run; std over seeds. Columns: docs/ablations.md." + variance_store.kept_note(kept))  # fmt: skip
     if heads is not None:
         chosen = heads.attrs["chosen"]
         note += (" The published head's rule, declared before decoding "
@@ -533,6 +558,11 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             f"and the seed the declared rule chooses ({PUBLISHED_HEAD_RULE})."))
     tables.save_table(table, figs, "variance", digits=4, note=note)
     tables.write_csv(per_seed, figs / "variance_seeds.csv")
+    claim_rows = pd.concat(seed_claims, ignore_index=True) if seed_claims else None
+    if claim_rows is not None:
+        claim_rows = claim_rows.assign(_k=claim_rows["seed_kind"].map(order)).sort_values(["_k", "seed"], kind="stable")
+        tables.write_csv(claim_rows.drop(columns="_k")[list(variance_store.SEED_CLAIM_COLUMNS)],
+                         figs / variance_store.SEED_CLAIMS_FILE)  # fmt: skip
     across = claims_across_seeds(reports, P.seed)
     tables.save_table(across, figs, "variance_claims", note=(
         f"Each claim's verdict on every seed (the same checks as claims.md, on that seed's decodes: {n} prompts per "
@@ -552,7 +582,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
 
     plt.close(fig)
     return {"table": table, "per_seed": per_seed, "claims": across, "timing": timing, "heads": heads,
-            "seconds": time.perf_counter() - t0}
+            "kept": kept, "seconds": time.perf_counter() - t0}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -564,12 +594,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=None, help="prompts per task (default evaluation.n_prompts)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads for training and decoding")
     ap.add_argument("--out", type=Path, default=None, help="default: figures/<profile>/")
+    ap.add_argument("--fresh", action="store_true", help="drop the seeds an earlier run left in --out's per-seed "
+                    "files (default: keep those not run now, each named with the commit that computed it)")
     a = ap.parse_args(argv)
     from mrp_repro.config import load_profile
 
     hs = a.head_seeds if a.head_seeds is not None else a.seeds
     bs = a.backbone_seeds if a.backbone_seeds is not None else a.seeds
-    res = run(load_profile(a.profile), hs, bs, a.n, a.threads, a.out)
+    res = run(load_profile(a.profile), hs, bs, a.n, a.threads, a.out, keep_other_seeds=not a.fresh)
     print(res["table"].to_string(index=False))
     print(f"[variance] done in {res['seconds']:.0f}s")
 
