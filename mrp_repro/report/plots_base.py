@@ -300,7 +300,7 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         named[id(spot)].append(own)
         t.remove()
         removed += 1
-    kept = []
+    kept_boxes = []  # the text boxes of the labels placed so far, measured once each
 
     def conflicts(box, mine_pts, leader: bool = False) -> int | None:
         """None where the label may not go (outside the panel, over a label or an inset), else a count of what it
@@ -309,7 +309,7 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         point), 1 per marker or label its leader line crosses."""
         if not (a.x0 <= box.x0 and box.x1 <= a.x1 and a.y0 <= box.y0 and box.y1 <= a.y1):
             return None
-        if any(box.overlaps(text_extent(k, renderer)) for k in kept) or any(box.overlaps(i) for i in insets):
+        if any(box.overlaps(k) for k in kept_boxes) or any(box.overlaps(i) for i in insets):
             return None
         own = mine_pts[0] if mine_pts else None
         mine = 0.0 if leader or own is None else _gap(box, own)
@@ -322,7 +322,7 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
             seg = [c + f * (own - c) for f in np.linspace(0.15, 0.9, 16)]
             n += sum(any(np.hypot(*(q - p)) <= r + px for q in seg) for p, r in marks if np.abs(p - own).max() > 1)
             n += sum(any(b.x0 <= q[0] <= b.x1 and b.y0 <= q[1] <= b.y1 for q in seg)
-                     for b in (text_extent(k, renderer) for k in kept))  # fmt: skip
+                     for b in kept_boxes)  # fmt: skip
         return n
 
     def places(t, box, far: bool) -> list[tuple[float, float, bool]]:
@@ -364,7 +364,7 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
             else:
                 t.xyann = start
         if placed or is_kept:
-            kept.append(t)
+            kept_boxes.append(text_extent(t, renderer))
         else:
             t.remove()
             removed += 1
