@@ -836,7 +836,7 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
     table = pd.read_csv(d / f"{figure}.csv")
     figs = ([plots_speed.plot_lookahead(table)] if figure == "lookahead"
             else [pareto.plot_matched_speed(table, a) for a in dict.fromkeys(table["algorithm"])])  # fmt: skip
-    shared = zoomed = 0
+    shared = zoomed = tangled = 0
     for fig in figs:
         assert plots.hidden_markers(fig) == []
         if figure == "matched_speed":  # the frontier is the reference: drawn first, its markers filled
@@ -859,6 +859,7 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
                 assert plots_base.labels_outside(ax) == [], ax.get_title()
                 # each label nearer its own point than any other marker, or joined to it by a leader line
                 assert plots_base.labels_off_their_point(ax) == [], ax.get_title()
+                tangled += len(plots_base.leaders_tangled(ax))
             for p in fig.axes:  # an inset widened for its labels stays inside its panel (its frame is drawn there)
                 for ins in p.child_axes:
                     for lim, parent in ((ins.get_xlim(), p.get_xlim()), (ins.get_ylim(), p.get_ylim())):
@@ -874,7 +875,7 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
             # an axis from 1) has them in a zoomed inset; the others have none
             for ax in fig.axes:
                 bench, rest = ax.get_title().split(", ", 1)
-                axis = rest.rsplit("(", 1)[1].rstrip(")")
+                axis = {label: a for a, label in pareto.AXIS_LABELS.items()}[ax.get_xlabel()]
                 algo = rest.split(":")[0]
                 t = table[(table["benchmark"] == bench) & (table["axis"] == axis) & (table["algorithm"] == algo)]
                 crowd = t[t["mode"].isin(["dynamic", "remask"])]
@@ -889,6 +890,14 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
         matplotlib.pyplot.close(fig)
     assert figure != "matched_speed" or shared > 0  # chain16 has direct(3) and direct(4) on one point
     assert figure != "matched_speed" or zoomed > 0  # and chain-math's crowded TPF panel
+    # leader lines across one another, or a label on another's line, read as naming the other's point (a cold read
+    # of 8e701bd's drawing: 7 such labels in chain-code's three panels). A ratchet: chain-code's crowded top-left
+    # corner (static, direct(1-4), sequential's squares) on the weighted-TPF panel still has one crossing (static's
+    # and K=3's lines), for which drop_overlapping_labels finds no place read against nothing
+    assert tangled <= TANGLED_AT_MOST, tangled
+
+
+TANGLED_AT_MOST = 2
 
 
 def test_remasking_series_equal_to_dynamic_in_accuracy_only_says_accuracy(tmp_path):

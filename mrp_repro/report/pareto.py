@@ -70,6 +70,9 @@ MATCHED_COLUMNS = ["model", "benchmark", "algorithm", "mode", "setting", "thresh
 FRONTIER_MAX_GAP = 10.0
 #: at_equal_speed of a comparison refused for a frontier segment wider than max_gap
 GAP = "gap"
+#: a wall-clock gate's × or ◇ on matched_speed's wall-clock panels (points²): at 70, chain-code's ~25 ◇ at 1.3-2.3×
+#: covered the remask points inside them (a cold read); above the off-frontier rings' 40, so a ◇ rings a ring
+GATE_MARK_SIZE = 55
 #: matched_speed.png's legend entries: the dynamic frontier, and a wall-clock frontier segment drawn dashed
 FRONTIER_LABEL = "dynamic frontier (static, dynamic τ)"
 FRONTIER_FAILED_LABEL = "frontier segment at a failed clock gate (dashed)"
@@ -393,13 +396,13 @@ def _draw_matched_panel(ax, t: pd.DataFrame, axis: str, keys: list, panel: dict,
         # failed clock gate's red × hid it
         ax.scatter(d["speed"], d["accuracy"], marker="^", color=DIRECT_COLOR, s=45, zorder=4, label=name("direct(K)"))
     # one label per drawn point: direct(3) and direct(4) share one on chain-math (equal cost and accuracy), and one ▲
-    # over the other read as one setting; set off enough to clear a wall-clock gate's ring (size 70)
+    # over the other read as one setting; set off enough to clear a wall-clock gate's mark (GATE_MARK_SIZE)
     for (speed, acc), at in d.groupby(["speed", "accuracy"], sort=False):
         ks = ",".join(str(int(k)) for k in at["K"])
         ax.annotate(f"K={ks}", (speed, acc), xytext=(5, 5), **_label_style())
     nest_coincident_markers(ax)  # two rules on one point (loo and sequential on chain-math) nest, not hide
     if axis == "wall_speedup" and "clock_gate" in t:  # drawn, marked, never silently trusted
-        mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=70)
+        mark_clock_gates(ax, t["speed"], t["accuracy"], t["clock_gate"], size=GATE_MARK_SIZE, lw=1.0)
 
 
 def _segments(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -468,7 +471,7 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     ins.set_ylim(max(ys.min() - pad_y, y0), min(ys.max() + pad_y, y1))
     ins.tick_params(labelsize=7)
     ins.grid(alpha=0.3)
-    ins.set_title("zoom (τ and K on the panel)", fontsize=7, pad=2)
+    ins.set_title("zoom (markers only)", fontsize=7, pad=2)
     # its frame and connectors under the point labels (_label_style) and markers: drawn over them, they crossed both
     ax.indicate_inset_zoom(ins, edgecolor="0.4").set_zorder(3.2)
     return ins
@@ -487,7 +490,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     13.5-16 beside static's 1) has them again in a zoomed inset (_zoom_crowded), its frame marked on the panel."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots_base import drop_overlapping_labels, fit_labels, set_theme
+    from mrp_repro.report.plots_base import NESTED_KEY, NESTED_PREFIX, drop_overlapping_labels, fit_labels, set_theme
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")
@@ -539,7 +542,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             _zoom_crowded(ax, t, draw)
             ax.set_xlabel(AXIS_LABELS[axis])
             ax.set_ylabel("accuracy (%)")
-            ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed ({axis})")
+            ax.set_title(f"{bench}, {algorithm}: accuracy at equal speed")  # the x label names the speed
             ax.grid(alpha=0.3)
     seen: dict[str, object] = {}  # every panel's legend entries once (the × appears on the wall-clock panels only)
     for ax in fig.axes:
@@ -552,6 +555,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
             seen[lab] = Line2D([], [], color=seen[lab].get_color(), **st)
     if FRONTIER_LABEL in seen:  # its line and its markers are two artists (_draw_matched_panel)
         seen[FRONTIER_LABEL] = Line2D([], [], color="black", lw=2, marker="o", ms=5)
+    if any(ln.get_label().startswith(NESTED_PREFIX) for ax in fig.axes for ln in ax.get_lines()):
+        seen[NESTED_KEY] = Line2D([], [], ls="none", marker="s", ms=9, mfc="none", mec="0.3", mew=1.5)
     handles, labels = list(seen.values()), list(seen)
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), frameon=False, fontsize=8,
                bbox_to_anchor=(0.5, -0.02 - 0.02 * (len(labels) // 4)))  # fmt: skip

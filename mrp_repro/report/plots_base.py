@@ -208,6 +208,8 @@ def _shared(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> bool:
 
 #: the label prefix of the hollow markers nest_coincident_markers adds (never a legend entry)
 NESTED_PREFIX = "_nested: "
+#: the legend entry a figure gives its nested markers (legend_points counts the overlays under it)
+NESTED_KEY = "two series at one point: the later one's marker hollow and larger, around the other"
 
 
 def nest_coincident_markers(ax) -> None:
@@ -260,6 +262,14 @@ def text_extent(t, renderer):
 NEAR_PX = 12.0
 
 
+#: the directions a kept label's leader places are tried in (radians): the diagonals first, then the axes, then the
+#: directions between
+RING_ANGLES = tuple(math.radians(d) for d in (45, -45, 135, -135, 0, 180, 90, -90, 22.5, -22.5, 157.5, -157.5, 67.5,
+                                             -67.5, 112.5, -112.5))  # fmt: skip
+#: the clear margin (points) between a label drawn with a leader line and any other point's marker
+LEADER_CLEAR_PT = 6.0
+
+
 def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
     """Place `ax`'s annotations (in the order they were added) so that each reads as its own point's: inside the
     panel, over no label placed before it nor an inset, off every marker, and nearer its own point than any other
@@ -300,75 +310,131 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         named[id(spot)].append(own)
         t.remove()
         removed += 1
-    kept_boxes = []  # the text boxes of the labels placed so far, measured once each
+    boxes: dict[int, object] = {}  # label number -> its text box, for the labels placed so far (measured once)
+    leaders: dict[int, tuple] = {}  # label number -> (text centre, point) of a placed label's leader line (display)
 
-    def conflicts(box, mine_pts, leader: bool = False) -> int | None:
+    def conflicts(box, mine_pts, leader: bool = False, skip: int | None = None) -> int | None:
         """None where the label may not go (outside the panel, over a label or an inset), else a count of what it
         would be read against: 2 per marker under the text (its own spot's too: a range's last digit under a square
         read as another number) or nearer the text than its own point (without a leader line, which names its
-        point), 1 per marker or label its leader line crosses."""
+        point) and per leader line under the text, 1 per marker, label or leader line its own leader crosses.
+        skip: a placed label left out (the one being moved)."""
         if not (a.x0 <= box.x0 and box.x1 <= a.x1 and a.y0 <= box.y0 and box.y1 <= a.y1):
             return None
-        if any(box.overlaps(k) for k in kept_boxes) or any(box.overlaps(i) for i in insets):
+        others = [b for k, b in boxes.items() if k != skip]
+        lines = [ln for k, ln in leaders.items() if k != skip]
+        if any(box.overlaps(k) for k in others) or any(box.overlaps(i) for i in insets):
             return None
         own = mine_pts[0] if mine_pts else None
         mine = 0.0 if leader or own is None else _gap(box, own)
         n = 0  # a marker under or nearest the text counts twice a line crossed: it is what misnames a label
         for p, r in marks:
             at_own = any(np.abs(p - q).max() <= 1 for q in mine_pts)
-            n += 2 * (_gap(box, p) <= (0.8 * r if at_own else max(r + (2 * px if leader else 0), mine + 2 * px)))
+            # a text beside another marker reads as its label even with a leader line to its own (matched_speed:
+            # "K=1" by static's ring): that needs a clear margin, LEADER_CLEAR_PT
+            n += 2 * (_gap(box, p) <= (0.8 * r if at_own else
+                                       max(r + (LEADER_CLEAR_PT * px if leader else 0), mine + 2 * px)))
+        # a text over another label's leader line reads as naming that line's point (matched_speed: "K=2" on
+        # static's line), and two crossing lines swap their points to the eye
+        n += 2 * sum(_segment_meets_box(c, q, box) for c, q in lines)
         if leader and own is not None:  # the line from the text's centre to its point
-            c = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+            c = _centre(box)
+            n += sum(_segments_cross(c, own, c2, q) for c2, q in lines)
+            n += sum(_segment_meets_box(c, own, b) for b in others)
             seg = [c + f * (own - c) for f in np.linspace(0.15, 0.9, 16)]
             n += sum(any(np.hypot(*(q - p)) <= r + px for q in seg) for p, r in marks if np.abs(p - own).max() > 1)
-            n += sum(any(b.x0 <= q[0] <= b.x1 and b.y0 <= q[1] <= b.y1 for q in seg)
-                     for b in kept_boxes)  # fmt: skip
         return n
 
-    def places(t, box, far: bool) -> list[tuple[float, float, bool]]:
+    def places(origin, box, far: bool) -> list[tuple[float, float, bool]]:
         """(dx, dy, leader) in points: near its point (a line up or down, mirrored left), then further out."""
-        dx, dy = t.xyann
+        dx, dy = origin
         line, width = box.height / px, box.width / px
         left = -dx - width  # the same gap, on the point's other side
         near = [(x, dy + k * line, False) for x in (dx, left) for k in (0, 1.2, -1.2)]
         if not far:
             return near
-        ring = [(x * r, y * r - 0.5 * line, True) for r in (2.5 * line, 4.0 * line, 5.5 * line, 7.0 * line)
-                for x, y in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))]  # fmt: skip
+        ring = [(math.cos(u) * r, math.sin(u) * r - 0.5 * line, True) for r in np.arange(2.5, 9.0, 1.5) * line
+                for u in RING_ANGLES]  # fmt: skip
         return near + [(x - (width if x < 0 else 0), y, lead) for x, y, lead in ring]
 
-    for t in [t for t in labels if id(t) in firsts] + spots:
+    def best(t, i, mine_pts, origin, far: bool):
+        """(conflicts, order, (dx, dy, leader)) of t's best place with label i left out: the first read against
+        nothing, else the one read against least (on ties, the first); None where no place may take it. t stays
+        where it was."""
+        at, scored = t.xyann, []
+        for j, (x, y, lead) in enumerate(places(origin, text_extent(t, renderer), far)):
+            t.xyann = (x, y)
+            n = conflicts(text_extent(t, renderer), mine_pts, lead, skip=i)
+            if n == 0:
+                scored = [(0, j, (x, y, lead))]
+                break
+            if n is not None:
+                scored.append((n, j, (x, y, lead)))
+        t.xyann = at
+        return min(scored, default=None)
+
+    def put(t, i, mine_pts, place=None):
+        """Record t as placed label i, moved to `place` first (a leader place draws its line: _with_leader)."""
+        if place is not None:
+            x, y, lead = place
+            t.xyann = (x, y)
+            if lead and t.arrow_patch is None:
+                t = _with_leader(ax, t)
+        boxes[i] = text_extent(t, renderer)
+        leaders.pop(i, None)
+        if t.arrow_patch is not None and mine_pts:
+            leaders[i] = (_centre(boxes[i]), mine_pts[0])
+        return t
+
+    kept: dict[int, tuple] = {}  # a kept label's number -> (the label, its points, where it was put)
+    for i, t in enumerate([t for t in labels if id(t) in firsts] + spots):
         mine_pts = named.get(id(t), [])
         is_kept = id(t) in firsts
-        placed = conflicts(text_extent(t, renderer), mine_pts) == 0
-        if not placed and t.anncoords == "offset points":
-            start, box = t.xyann, text_extent(t, renderer)
-            scored = []  # (conflicts, order, place) of every place a label may go
-            for i, (x, y, lead) in enumerate(places(t, box, far=is_kept)):  # offsets from where it was put
-                t.xyann = (x, y)
-                n = conflicts(text_extent(t, renderer), mine_pts, lead)
-                if n == 0:
-                    scored = [(0, i, (x, y, lead))]
-                    break
-                if n is not None:
-                    scored.append((n, i, (x, y, lead)))
-            # the first place read against nothing; a kept label that has none takes the place read against least
-            # (on ties, the first)
-            best = min(scored, default=None)
-            if best is not None and (best[0] == 0 or is_kept):
-                x, y, lead = best[2]
-                t.xyann = (x, y)
-                placed = True
-                if lead:
-                    t = _with_leader(ax, t)
-            else:
-                t.xyann = start
-        if placed or is_kept:
-            kept_boxes.append(text_extent(t, renderer))
-        else:
+        origin = t.xyann
+        place = None
+        if conflicts(text_extent(t, renderer), mine_pts) != 0 and t.anncoords == "offset points":
+            found = best(t, None, mine_pts, origin, far=is_kept)
+            place = found[2] if found is not None and (found[0] == 0 or is_kept) else None
+            if place is None and not is_kept:
+                t.remove()
+                removed += 1
+                continue
+        elif conflicts(text_extent(t, renderer), mine_pts) != 0 and not is_kept:
             t.remove()
             removed += 1
+            continue
+        t = put(t, i, mine_pts, place)
+        if is_kept and t.anncoords == "offset points":
+            kept[i] = (t, mine_pts, origin)
+    # a kept label placed early took its place before the later ones drew their lines (chain-code's K=1 line across
+    # K=2's and K=3's): each one read against something is placed again, every other label where it is
+    for _ in range(2):
+        for i, (t, mine_pts, origin) in kept.items():
+            now = conflicts(boxes[i], mine_pts, t.arrow_patch is not None, skip=i)
+            if now == 0:
+                continue
+            again = best(t, i, mine_pts, origin, far=True)
+            if again is not None and (now is None or again[0] < now):
+                kept[i] = (put(t, i, mine_pts, again[2]), mine_pts, origin)
     return removed
+
+
+def _centre(box) -> np.ndarray:
+    return np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+
+
+def _segments_cross(p1, p2, q1, q2) -> bool:
+    """Whether segments p1-p2 and q1-q2 (display points) cross (a shared end point does not count)."""
+    def side(a, b, c):
+        return np.sign((b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0]))
+
+    return bool(side(p1, p2, q1) * side(p1, p2, q2) < 0 and side(q1, q2, p1) * side(q1, q2, p2) < 0)
+
+
+def _segment_meets_box(p, q, box) -> bool:
+    """Whether segment p-q (display points; a leader line, its ends shortened as drawn) passes through box."""
+    pts = [p + f * (q - p) for f in np.linspace(0.15, 0.9, 16)]
+    return any(box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1 for x, y in pts)
 
 
 def _with_leader(ax, t):
@@ -389,6 +455,24 @@ def _labels_in_view(ax) -> list:
     (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
     return [c for c in ax.get_children() if isinstance(c, Annotation) and c.get_visible() and c.xycoords == "data"
             and x0 <= c.xy[0] <= x1 and y0 <= c.xy[1] <= y1]  # fmt: skip
+
+
+def leaders_tangled(ax) -> list[str]:
+    """The texts of ax's labels with a leader line (an annotation drawn with an arrow) whose line crosses another's,
+    or whose text sits on another's line: either reads as naming the other's point (matched_speed: "K=2" on
+    static's line, K=1's line across K=2's and K=3's)."""
+    renderer = ax.figure.canvas.get_renderer()
+    led = [t for t in _labels_in_view(ax) if t.arrow_patch is not None]
+    geo = []
+    for t in led:
+        b = text_extent(t, renderer)
+        geo.append((t.get_text(), b, np.array([(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2]), ax.transData.transform(t.xy)))
+    out = []
+    for i, (text, box, c, p) in enumerate(geo):
+        others = geo[:i] + geo[i + 1 :]
+        if any(_segments_cross(c, p, c2, p2) or _segment_meets_box(c2, p2, box) for _, _, c2, p2 in others):
+            out.append(text)
+    return out
 
 
 def labels_outside(ax, pad_px: float = 1.0) -> list[str]:
@@ -533,6 +617,7 @@ def legend_points(fig) -> dict[str, int]:
         artists = [*ax.containers, *(a for a in [*ax.lines, *ax.collections, *ax.patches] if id(a) not in inside)]
         for a in artists:
             label = a.get_label()
+            label = NESTED_KEY if label.startswith(NESTED_PREFIX) else label
             if label and not label.startswith("_"):
                 drawn[label] = drawn.get(label, 0) + _finite_points(a)
     legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
@@ -546,7 +631,7 @@ GATE_FAILED_LABEL = "× clock gate failed (a sanity check failed)"
 GATE_UNCHECKED_LABEL = "◇ clock unchecked (not re-timed by the repeated passes: its CI is over prompts only)"
 
 
-def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> dict[str, int]:
+def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7, lw: float = 1.4) -> dict[str, int]:
     """Mark each wall-clock point (x, y) whose gate did not pass: a red × where a check failed, a grey hollow diamond
     where none was made (not a ring: matched_speed's hollow rings are the settings off the frontier); a passed gate
     or the reference (schema.CLOCK_TRUSTED) and a blank gate get none. -> marks per label."""
@@ -557,9 +642,9 @@ def mark_clock_gates(ax, x, y, gates, size: float = 30, zorder: float = 7) -> di
     failed = np.char.startswith(g.astype(str), "failed")
     unchecked = ~failed & (g != "") & ~np.isin(g, CLOCK_TRUSTED)
     out = {}
-    for mask, label, style in ((failed, GATE_FAILED_LABEL, dict(marker="x", color="crimson", lw=1.8)),
+    for mask, label, style in ((failed, GATE_FAILED_LABEL, dict(marker="x", color="crimson", lw=lw + 0.4)),
                                (unchecked, GATE_UNCHECKED_LABEL, dict(marker="D", facecolors="none",
-                                                                      edgecolors="0.35", lw=1.4))):  # fmt: skip
+                                                                      edgecolors="0.35", lw=lw))):  # fmt: skip
         if mask.any():
             ax.scatter(x[mask], y[mask], s=size, zorder=zorder, label=label, **style)
             out[label] = int(mask.sum())
