@@ -312,7 +312,7 @@ def test_fit_labels_widens_the_limits_until_every_label_is_inside_its_panel():
     widens the limits, on a linear and on a log axis, until none is drawn past the frame."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report import plots_base
+    from mrp_repro.report import plots_labels
 
     for scale in ("linear", "log"):
         fig, ax = plt.subplots(figsize=(3, 2))
@@ -322,9 +322,9 @@ def test_fit_labels_widens_the_limits_until_every_label_is_inside_its_panel():
         for x, y in ((8, 10), (8, 60)):
             ax.annotate("τ=0.05…0.35 a long label", (x, y), xytext=(3, -9), textcoords="offset points")
         fig.canvas.draw()
-        assert len(plots_base.labels_outside(ax)) == 2  # past the right edge, one past the bottom too
-        plots_base.fit_labels(ax)
-        assert plots_base.labels_outside(ax) == [], scale
+        assert len(plots_labels.labels_outside(ax)) == 2  # past the right edge, one past the bottom too
+        plots_labels.fit_labels(ax)
+        assert plots_labels.labels_outside(ax) == [], scale
         assert ax.get_xlim()[1] > 8 and ax.get_ylim()[0] < 10 and ax.get_xscale() == scale
         plt.close(fig)
 
@@ -332,12 +332,12 @@ def test_fit_labels_widens_the_limits_until_every_label_is_inside_its_panel():
 def test_plot_draws_no_label_past_a_panel_and_the_wall_clock_axis_on_a_log_scale():
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report import plots_base
+    from mrp_repro.report import plots_labels
 
     t = pareto.matched_speed_table(synthetic_runs(n=10), n_boot=0)
     fig = pareto.plot_matched_speed(t)
     for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:
-        assert plots_base.labels_outside(ax) == [], ax.get_title()
+        assert plots_labels.labels_outside(ax) == [], ax.get_title()
     scales = {a.get_xlabel(): a.get_xscale() for a in fig.axes}
     assert scales[pareto.AXIS_LABELS["wall_speedup"]] == "log" and scales[pareto.AXIS_LABELS["tpf"]] == "linear"
     plt.close(fig)
@@ -385,7 +385,7 @@ def test_a_label_over_another_points_label_is_never_merged_into_it():
     drawn 1 TPF away)."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report import plots_base
+    from mrp_repro.report import plots_labels
 
     f, ax = plt.subplots(figsize=(4, 3))
     ax.set_xlim(0, 10), ax.set_ylim(0, 10)
@@ -394,13 +394,13 @@ def test_a_label_over_another_points_label_is_never_merged_into_it():
     b = ax.annotate("τ=0.3", (6.0, 5.0), xytext=(3, -9), textcoords="offset points")
     f.canvas.draw()
     gap = ax.transData.transform((6.0, 5.0))[0] - ax.transData.transform((5.0, 5.0))[0]
-    assert gap > plots_base.NEAR_PX and plots_base.text_extent(a, r).overlaps(plots_base.text_extent(b, r))
-    plots_base.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels)
+    assert gap > plots_labels.NEAR_PX and plots_labels.text_extent(a, r).overlaps(plots_labels.text_extent(b, r))
+    plots_labels.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels)
     assert a.get_text() == "τ=0.05…0.2"
-    assert b not in ax.texts or not plots_base.text_extent(a, r).overlaps(plots_base.text_extent(b, r))
+    assert b not in ax.texts or not plots_labels.text_extent(a, r).overlaps(plots_labels.text_extent(b, r))
     # one spot: merged
     c = ax.annotate("τ=0.25", (5.0, 5.05), xytext=(3, -9), textcoords="offset points")
-    plots_base.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels)
+    plots_labels.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels)
     assert c not in ax.texts and a.get_text() == "τ=0.05…0.25"
     plt.close(f)
 

@@ -15,7 +15,7 @@ from matplotlib.text import Annotation  # noqa: E402
 from runs_helpers import LOOKAHEAD_K, SPEC_K, synthetic_adjacent, synthetic_runs  # noqa: E402
 
 from mrp_repro.measure.adjacent import RANDOM_BASELINE, SUBSET, TRAINED  # noqa: E402
-from mrp_repro.report import paper, plots, plots_base, plots_remask, tables  # noqa: E402
+from mrp_repro.report import paper, plots, plots_base, plots_labels, plots_remask, tables  # noqa: E402
 
 N = 12
 BENCHES = ["synth-math", "synth-code"]
@@ -770,16 +770,16 @@ def test_crowded_labels_are_thinned_until_none_overlaps():
         ax.annotate(f"τ={0.15 + 0.05 * i:g}", (1.0 + 0.001 * i, 1.0))
     ax.annotate("far", (0.0, 0.0))
     ax.set_xlim(-1, 2), ax.set_ylim(-1, 2)
-    assert plots_base.drop_overlapping_labels(ax) == 4
+    assert plots_labels.drop_overlapping_labels(ax) == 4
     texts = [c.get_text() for c in ax.get_children() if isinstance(c, Annotation)]
     assert texts == ["τ=0.15", "far"]
     ax.annotate("K=2", (1.002, 1.0))  # a label to keep: it stays, the τ label under it goes
-    assert plots_base.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 1
+    assert plots_labels.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 1
     assert [c.get_text() for c in ax.get_children() if isinstance(c, Annotation)] == ["far", "K=2"]
     # two labels to keep on one spot at the panel's top: the second moves to a clear place inside the panel
     for k in (3, 4):
         ax.annotate(f"K={k}", (0.5, 1.95), xytext=(5, 5), textcoords="offset points")
-    assert plots_base.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 0
+    assert plots_labels.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 0
     r = f.canvas.get_renderer()
     boxes = [c.get_window_extent(r) for c in ax.texts if c.get_text() in ("K=3", "K=4")]
     assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
@@ -797,7 +797,7 @@ def test_crowded_labels_are_thinned_until_none_overlaps():
     (x, y), size = ax.transData.transform((5.0, 5.0)), 0.5 * np.sqrt(45) * f.dpi / 72
     hit = lambda b: b.x0 - size < x < b.x1 + size and b.y0 - size < y < b.y1 + size  # noqa: E731
     assert hit(lab.get_window_extent(r))  # as placed, it covers the triangle
-    assert plots_base.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 0
+    assert plots_labels.drop_overlapping_labels(ax, keep=lambda t: t.startswith("K=")) == 0
     assert not hit(lab.get_window_extent(r)) and lab.xyann[0] == 5
     matplotlib.pyplot.close(f)
     # with matched_speed's merge, the kept τ label names the range of the points whose labels went
@@ -807,7 +807,7 @@ def test_crowded_labels_are_thinned_until_none_overlaps():
     for tau in (0.25, 0.3, 0.2):
         ax.annotate(f"τ={tau:g}", (1.0, 1.0))
     ax.set_xlim(-1, 2), ax.set_ylim(-1, 2)
-    assert plots_base.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels) == 2
+    assert plots_labels.drop_overlapping_labels(ax, merge=pareto._merge_tau_labels) == 2
     assert [c.get_text() for c in ax.texts] == ["τ=0.2…0.3"]
     assert pareto._merge_tau_labels("K=3", "τ=0.2") is None
     matplotlib.pyplot.close(f)
@@ -856,10 +856,10 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
                     shared += any("," in t.get_text() for t in ax.texts if t.get_text().startswith("K="))
             # no label past its panel (or its inset): the τ labels at the fast end printed into the next panel
             for ax in [a for p in fig.axes for a in (p, *p.child_axes)]:
-                assert plots_base.labels_outside(ax) == [], ax.get_title()
+                assert plots_labels.labels_outside(ax) == [], ax.get_title()
                 # each label nearer its own point than any other marker, or joined to it by a leader line
-                assert plots_base.labels_off_their_point(ax) == [], ax.get_title()
-                tangled += len(plots_base.leaders_tangled(ax))
+                assert plots_labels.labels_off_their_point(ax) == [], ax.get_title()
+                tangled += len(plots_labels.leaders_tangled(ax))
             for p in fig.axes:  # an inset widened for its labels stays inside its panel (its frame is drawn there)
                 for ins in p.child_axes:
                     for lim, parent in ((ins.get_xlim(), p.get_xlim()), (ins.get_ylim(), p.get_ylim())):
@@ -868,7 +868,7 @@ def test_the_committed_tables_draw_no_marker_under_another(figure):
             # over each other above the panel)
             r = fig.canvas.get_renderer()
             for ax in fig.axes:
-                boxes = [plots_base.text_extent(t, r) for t in ax.texts if t.get_text().startswith("K=")]
+                boxes = [plots_labels.text_extent(t, r) for t in ax.texts if t.get_text().startswith("K=")]
                 assert all(ax.bbox.y0 <= b.y0 and b.y1 <= ax.bbox.y1 for b in boxes), ax.get_title()
                 assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]), ax.get_title()
             # a panel whose dynamic and remask points crowd into a sliver of its axis (chain-math's TPF 13.5-16 on

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mrp_repro.report import variance, variance_store
+from mrp_repro.report import variance, variance_spread, variance_store
 from mrp_repro.report.verdicts import DIRECTION, HOLDS, NA, NOT, NOT_SHOWN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def test_spread_table_is_mean_std_and_the_published_seeds_ci():
          "seed_value_lo": v - 2, "seed_value_hi": v + 2} for s, v in ((0, 90.0), (1, 91.5), (2, 95.0))
     ] + [{"seed_kind": variance.HEAD, "seed": s, "headline": "heldout_kl_ratio", "benchmark": "all", "seed_value": v,
           "seed_value_lo": math.nan, "seed_value_hi": math.nan} for s, v in ((0, 0.5), (1, 0.6), (2, 0.55))])
-    t = variance.spread_table(per, published_seed=0).set_index("headline")
+    t = variance_spread.spread_table(per, published_seed=0).set_index("headline")
     acc = t.loc["static_accuracy"]
     assert (acc["published"], acc["published_lo"], acc["published_hi"]) == (90.0, 88.0, 92.0)
     assert acc["seed_mean"] == pytest.approx(np.mean([90, 91.5, 95]))

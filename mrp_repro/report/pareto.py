@@ -490,7 +490,8 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
     13.5-16 beside static's 1) has them again in a zoomed inset (_zoom_crowded), its frame marked on the panel."""
     import matplotlib.pyplot as plt
 
-    from mrp_repro.report.plots_base import NESTED_KEY, NESTED_PREFIX, drop_overlapping_labels, fit_labels, set_theme
+    from mrp_repro.report.plots_base import NESTED_KEY, NESTED_PREFIX, set_theme
+    from mrp_repro.report.plots_labels import drop_overlapping_labels, fit_labels
 
     set_theme()
     require(table, MATCHED_COLUMNS, "plot_matched_speed")

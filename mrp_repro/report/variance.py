@@ -61,7 +61,7 @@ from mrp_repro.report import verdicts
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
            "seed_results", "SEED_CLAIMS", "CONTROL_ONLY_CLAIMS", "ALL_SEEDS", "CLAIM_COLUMNS", "claims_across_seeds",
            "load_claims_across_seeds", "PUBLISHED_HEAD_RULE", "HEAD_COLUMNS", "rule_choice",
-           "spread_table", "plot_spread", "run", "main"]  # fmt: skip
+           "run", "main"]  # fmt: skip
 
 #: headline -> what it is (its unit); the variance table's rows
 HEADLINES = {
@@ -419,74 +419,6 @@ def load_claims_across_seeds(directory) -> pd.DataFrame | None:
     return pd.read_csv(path, keep_default_na=False) if path.exists() else None
 
 
-# ----------------------------------------------------------------------------- across seeds
-
-
-def spread_table(per_seed: pd.DataFrame, published_seed: int) -> pd.DataFrame:
-    """per_seed (SEED_COLUMNS) -> one row per (headline, benchmark, seed_kind): COLUMNS."""
-    rows = []
-    for (kind, h, bench), g in per_seed.groupby(["seed_kind", "headline", "benchmark"], sort=False):
-        pub = g[g["seed"] == published_seed]
-        v = g["seed_value"].astype(float)
-        p = pub.iloc[0] if len(pub) else None
-        lo, hi = (float(p["seed_value_lo"]), float(p["seed_value_hi"])) if p is not None else (math.nan, math.nan)
-        covers = "" if math.isnan(lo) else bool(((v >= lo - 1e-12) & (v <= hi + 1e-12)).all())
-        rows.append({"headline": h, "benchmark": bench, "seed_kind": kind, "n_seeds": len(g),
-                     "seeds": " ".join(str(int(x)) for x in g["seed"]),
-                     "published": float(p["seed_value"]) if p is not None else math.nan, "published_lo": lo,
-                     "published_hi": hi, "seed_mean": float(v.mean()),
-                     "seed_std": float(v.std(ddof=1)) if len(v) > 1 else math.nan, "seed_min": float(v.min()),
-                     "seed_max": float(v.max()), "ci_covers_seeds": covers})  # fmt: skip
-    out = pd.DataFrame(rows, columns=list(COLUMNS))
-    order = {h: i for i, h in enumerate(HEADLINES)}
-    return out.sort_values(["headline", "benchmark", "seed_kind"], kind="stable",
-                           key=lambda c: c.map(order) if c.name == "headline" else c).reset_index(drop=True)
-
-
-def plot_spread(per_seed: pd.DataFrame, published_seed: int):
-    """One panel per headline: every seed's value (x: task, marker colour: kind), the published seed ringed with
-    its bootstrap CI."""
-    import matplotlib.pyplot as plt
-
-    from mrp_repro.report.plots_base import _colors, set_theme
-
-    if per_seed.empty:
-        raise ValueError("plot_spread: no seed values; nothing to draw")
-    set_theme()
-    heads = [h for h in HEADLINES if h in set(per_seed["headline"])]
-    kinds = [k for k in (HEAD, BACKBONE) if k in set(per_seed["seed_kind"])]
-    cols = dict(zip(kinds, _colors(len(kinds)), strict=True))
-    ncol = min(4, len(heads))
-    nrow = math.ceil(len(heads) / ncol)
-    fig, axs = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.4 * nrow), squeeze=False)
-    for ax in axs.flat[len(heads):]:
-        ax.set_visible(False)
-    for ax, h in zip(axs.flat, heads, strict=False):
-        g = per_seed[per_seed["headline"] == h]
-        tasks = sorted(g["benchmark"].unique())
-        for j, kind in enumerate(kinds):
-            k = g[g["seed_kind"] == kind]
-            off = (j - (len(kinds) - 1) / 2) * 0.25
-            for i, t in enumerate(tasks):
-                pts = k[k["benchmark"] == t]
-                ax.scatter(np.full(len(pts), i + off), pts["seed_value"], color=cols[kind], s=22,
-                           label=kind if i == 0 else None, zorder=3)  # fmt: skip
-                pub = pts[pts["seed"] == published_seed]
-                if len(pub):
-                    y, lo, hi = (float(pub.iloc[0][c]) for c in ("seed_value", "seed_value_lo", "seed_value_hi"))
-                    yerr = None if math.isnan(lo) else [[max(y - lo, 0)], [max(hi - y, 0)]]
-                    ax.errorbar([i + off], [y], yerr=yerr, fmt="o", mfc="none", mec="black", ecolor="black",
-                                ms=9, capsize=3, zorder=4, label="published (CI)" if i == 0 and j == 0 else None)
-        ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
-        ax.set_title(h, fontsize=9)
-        ax.margins(x=0.3)
-    axs[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle("seed spread of the headline numbers (points: seeds; ringed: the published seed with its "
-                 "bootstrap CI over prompts; head and backbone seeds side by side)", fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    return fig
-
-
 def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence[int] = (0, 1, 2),
         n_prompts: int | None = None, threads: int | None = None, out=None, progress: bool = False,
         keep_other_seeds: bool = True) -> dict:  # fmt: skip
@@ -496,6 +428,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     from mrp_repro import stages
     from mrp_repro.report import tables, variance_store
     from mrp_repro.report.plots_base import save_figure
+    from mrp_repro.report.variance_spread import plot_spread, spread_table
     from mrp_repro.runtime import seed_everything, set_num_threads
 
     P = profile
