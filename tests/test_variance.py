@@ -156,6 +156,11 @@ def test_variance_on_smoke_runs_both_kinds_of_seed(smoke_profile, tmp_runs, monk
     heads = res["heads"]
     assert heads["chosen_by_rule"].sum() == 1 and heads.loc[heads["seed"] == P.seed, "published_head"].all()
     assert (figs / "variance_heads.md").stat().st_size > 0 and "chooses head seed" in (figs / "variance.md").read_text()
+    # every seed decode carries the commit that computed it, and the tables name the decodes they read
+    decodes = sorted((tmp_runs / "smoke" / "variance").glob("runs-*.csv"))
+    assert decodes and all(p.with_name(p.name + ".provenance.json").exists() for p in decodes)
+    stamp = (figs / "variance.md").read_text().strip().splitlines()[-1]
+    assert stamp.startswith("Provenance: computed from") and all(p.stem in stamp for p in decodes), stamp
     # cached: a second run decodes and trains nothing
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_runs / "smoke" / "variance").glob("*.csv")}
     again = variance.run(P, head_seeds=(0, 1), backbone_seeds=(0, 1), n_prompts=2)

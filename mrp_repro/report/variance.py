@@ -205,11 +205,18 @@ def headline_values(runs: pd.DataFrame, adjacent: pd.DataFrame, metrics: dict, n
 
 
 def _csv_cached(path: Path, compute) -> pd.DataFrame:
+    """path's frame, computed and written first when missing, with the commit that computed it (runtime.
+    stamp_computed): the variance tables' provenance line names every seed decode they read and whether this run or
+    an earlier one computed it (runtime.note_read)."""
+    from mrp_repro.runtime import note_read, stamp_computed
+
     if not path.exists():
         df = compute()
         tmp = path.with_name(f".{path.name}.tmp")
         df.to_csv(tmp, index=False)
         tmp.replace(path)
+        stamp_computed(path)
+    note_read(path)
     return pd.read_csv(path, keep_default_na=False, na_values=[""])
 
 
