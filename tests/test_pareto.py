@@ -217,7 +217,7 @@ def test_plot_counts_the_panels_where_a_rule_equals_dynamic():
     fig = pareto.plot_matched_speed(_as_dynamic(t, "delta", where=lambda d: d["axis"] == "tpf"))
     n_panels = len(fig.axes)
     lab = next(lab for lab in _remask_lines(fig) if lab.startswith("remask, rule delta"))
-    assert lab.endswith(f"(= dynamic in 2 of {n_panels} panels: hollow there)"), lab
+    assert lab.endswith(f"(= dynamic in 2 of {n_panels} panels: dashed, hollow there)"), lab
     styles = {ax.get_xlabel(): next(ln for ln in ax.get_lines() if ln.get_label() == lab).get_linestyle()
               for ax in fig.axes}  # fmt: skip
     assert styles[pareto.AXIS_LABELS["tpf"]] == "--" and styles[pareto.AXIS_LABELS["wall_speedup"]] == "-"

@@ -471,7 +471,7 @@ def _zoom_crowded(ax, t: pd.DataFrame, draw) -> object | None:
     ins.set_ylim(max(ys.min() - pad_y, y0), min(ys.max() + pad_y, y1))
     ins.tick_params(labelsize=7)
     ins.grid(alpha=0.3)
-    ins.set_title("zoom (markers only)", fontsize=7, pad=2)
+    ins.set_title("zoom (no labels)", fontsize=7, pad=2)
     # its frame and connectors under the point labels (_label_style) and markers: drawn over them, they crossed both
     ax.indicate_inset_zoom(ins, edgecolor="0.4").set_zorder(3.2)
     return ins
@@ -525,7 +525,7 @@ def plot_matched_speed(table: pd.DataFrame, algorithm: str = "ours"):
         drawn = [same for p in panels.values() for k, (g, same) in p.items() if k == (rule, series) and len(g)]
         on = sum(drawn)
         tag = ("" if not on else " (= dynamic)" if on == len(drawn)
-               else f" (= dynamic in {on} of {len(drawn)} panels: hollow there)")  # fmt: skip
+               else f" (= dynamic in {on} of {len(drawn)} panels: dashed, hollow there)")  # fmt: skip
         what = f"{rule}, {series}" if rule in shared else rule
         series_labels[rule, series] = f"remask, rule {what} (τ points){tag}"
         # its legend key in the style of most of its panels (not of whichever panel drew it first)

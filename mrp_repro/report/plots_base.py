@@ -209,7 +209,7 @@ def _shared(a: np.ndarray, b: np.ndarray, tol: float = 1e-9) -> bool:
 #: the label prefix of the hollow markers nest_coincident_markers adds (never a legend entry)
 NESTED_PREFIX = "_nested: "
 #: the legend entry a figure gives its nested markers (legend_points counts the overlays under it)
-NESTED_KEY = "two series at one point: the later one's marker hollow and larger, around the other"
+NESTED_KEY = "series at one point: each later one's marker hollow and larger, around the ones before"
 
 
 def nest_coincident_markers(ax) -> None:
