@@ -55,32 +55,18 @@ import numpy as np
 import pandas as pd
 
 from mrp_repro.config import DEFAULT_PROFILE
-from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
+from mrp_repro.measure.schema import TABLE_COLUMNS
 from mrp_repro.report import verdicts
+from mrp_repro.report.variance_spread import COLUMNS, HEADLINES
+from mrp_repro.report.variance_store import BACKBONE, HEAD, SEED_COLUMNS
 
 __all__ = ["HEADLINES", "COLUMNS", "SEED_COLUMNS", "Robustness", "robust_verdict", "headline_values", "seed_run",
            "seed_results", "SEED_CLAIMS", "CONTROL_ONLY_CLAIMS", "ALL_SEEDS", "CLAIM_COLUMNS", "claims_across_seeds",
            "load_claims_across_seeds", "PUBLISHED_HEAD_RULE", "HEAD_COLUMNS", "rule_choice",
            "run", "main"]  # fmt: skip
 
-#: headline -> what it is (its unit); the variance table's rows
-HEADLINES = {
-    "static_accuracy": "static(1) accuracy (%)",
-    "dynamic_accuracy_tau50": "dynamic(0.5) accuracy (%)",
-    "max_remask_gain": "largest remasking gain over τ: remask(τ, tau) − dynamic(τ) accuracy, points",
-    "adjacent_kl_median": "adjacent-step median KL, confidence < 0.99, distance 1 (nats), both tasks pooled",
-    "adjacent_relative_kl": "adjacent-similar's statistic: that median KL over the median KL between two positions",
-    "heldout_kl_ratio": "held-out KL(B‖A+C) / KL(B‖A) over every training step of the head",
-    "spec_tpf_k3": "speculative(3, mrp) tokens per denoising forward",
-}
-#: variance.csv's columns and variance_seeds.csv's (one row per seed and headline): defined once in the schema
-_VARIANCE = ("headline", "benchmark", "seed_kind", "n_seeds", "seeds", "published", "published_lo", "published_hi",
-             "seed_mean", "seed_std", "seed_min", "seed_max", "ci_covers_seeds")  # fmt: skip
-_SEEDS = ("seed_kind", "seed", "headline", "benchmark", "seed_value", "seed_value_lo", "seed_value_hi", "seed_prompts",
-          "computed_at", "profile_hash")  # fmt: skip
-COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
-SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
-HEAD, BACKBONE = "head seeds", "backbone seeds"
+# the headlines and the spread table's columns (variance_spread), the seed kinds and the per-seed files' columns
+# (variance_store): defined there, where the modules that write them need them without importing this one
 #: the seed_kind of variance_claims' rows judged over every seed run: the published one, then both kinds' others
 ALL_SEEDS = verdicts.ALL_SEEDS
 #: the claims judged on every seed (variance_claims.*, and claims.md's across-seeds columns): each reads only what a

@@ -15,9 +15,25 @@ import math
 import numpy as np
 import pandas as pd
 
-from mrp_repro.report.variance import BACKBONE, COLUMNS, HEAD, HEADLINES
+from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
+from mrp_repro.report.variance_store import BACKBONE, HEAD
 
-__all__ = ["spread_table", "plot_spread"]
+#: headline -> what it is (its unit); the variance table's rows
+HEADLINES = {
+    "static_accuracy": "static(1) accuracy (%)",
+    "dynamic_accuracy_tau50": "dynamic(0.5) accuracy (%)",
+    "max_remask_gain": "largest remasking gain over τ: remask(τ, tau) − dynamic(τ) accuracy, points",
+    "adjacent_kl_median": "adjacent-step median KL, confidence < 0.99, distance 1 (nats), both tasks pooled",
+    "adjacent_relative_kl": "adjacent-similar's statistic: that median KL over the median KL between two positions",
+    "heldout_kl_ratio": "held-out KL(B‖A+C) / KL(B‖A) over every training step of the head",
+    "spec_tpf_k3": "speculative(3, mrp) tokens per denoising forward",
+}
+#: variance.csv's columns (one row per headline, task and kind of seed): defined once in the schema
+_VARIANCE = ("headline", "benchmark", "seed_kind", "n_seeds", "seeds", "published", "published_lo", "published_hi",
+             "seed_mean", "seed_std", "seed_min", "seed_max", "ci_covers_seeds")  # fmt: skip
+COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
+
+__all__ = ["HEADLINES", "COLUMNS", "spread_table", "plot_spread"]
 
 
 def spread_table(per_seed: pd.DataFrame, published_seed: int) -> pd.DataFrame:

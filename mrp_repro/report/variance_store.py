@@ -5,7 +5,7 @@ So what each seed measured is written per seed into figures/<profile>/ with the 
 profile's hash, and a later run that does not run that seed keeps it (variance.run(keep_other_seeds=True), the
 default; `--fresh` drops them):
 
-    variance_seeds.csv        one row per seed and headline (variance.SEED_COLUMNS)
+    variance_seeds.csv        one row per seed and headline (SEED_COLUMNS)
     variance_seed_claims.csv  one row per seed and claim scope: its verdict and control verdicts (SEED_CLAIM_COLUMNS)
     variance_heads.csv        one row per head seed: its held-out KL (variance.HEAD_COLUMNS)
 
@@ -25,11 +25,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from mrp_repro.measure.schema import TABLE_COLUMNS
+from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
 
-__all__ = ["SEED_CLAIMS_FILE", "SEED_CLAIM_COLUMNS", "Kept", "nothing_kept", "seed_claim_rows", "kept_seeds",
-           "provenance_of", "kept_note"]  # fmt: skip
+__all__ = ["HEAD", "BACKBONE", "SEED_COLUMNS", "SEED_CLAIMS_FILE", "SEED_CLAIM_COLUMNS", "Kept", "nothing_kept",
+           "seed_claim_rows", "kept_seeds", "provenance_of", "kept_note"]  # fmt: skip
 
+#: the two kinds of seed (report.variance's module docstring)
+HEAD, BACKBONE = "head seeds", "backbone seeds"
+#: variance_seeds.csv's columns (one row per seed and headline): defined once in the schema
+_SEEDS = ("seed_kind", "seed", "headline", "benchmark", "seed_value", "seed_value_lo", "seed_value_hi", "seed_prompts",
+          "computed_at", "profile_hash")  # fmt: skip
+SEED_COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _SEEDS}
 SEED_CLAIMS_FILE = "variance_seed_claims.csv"
 _SEED_CLAIMS = ("seed_kind", "seed", "id", "scope", "verdict", "control_verdict", "other_control_verdict",
                 "declared", "seed_prompts", "computed_at", "profile_hash")  # fmt: skip
@@ -51,8 +57,6 @@ class Kept:
 
 def nothing_kept() -> Kept:
     """A run that keeps no earlier seed (variance --fresh)."""
-    from mrp_repro.report.variance import SEED_COLUMNS
-
     return Kept(values=pd.DataFrame(columns=list(SEED_COLUMNS)))
 
 
@@ -87,8 +91,6 @@ def kept_seeds(directory, profile, running: set[tuple[str, int]], n_prompts: int
     """The seeds in `directory`'s per-seed files that this run keeps: not in `running`, measured under `profile`'s
     hash on `n_prompts` prompts per task, and present in both variance_seeds.csv and variance_seed_claims.csv. Head
     rows (variance_heads.csv) of kept head seeds come too."""
-    from mrp_repro.report.variance import HEAD
-
     d = Path(directory)
     values, claims, heads = (_read(d / n) for n in ("variance_seeds.csv", SEED_CLAIMS_FILE, "variance_heads.csv"))
     empty = nothing_kept()
