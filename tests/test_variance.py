@@ -51,6 +51,18 @@ def test_spread_table_is_mean_std_and_the_published_seeds_ci():
     assert list(t.columns) == list(variance.COLUMNS)[1:]
 
 
+def test_seed_rows_sort_head_seeds_first_and_kept_commits_come_from_the_rows():
+    H, B = variance_store.HEAD, variance_store.BACKBONE
+    rows = pd.DataFrame({"seed_kind": [B, H, B, H, H], "seed": [1, 2, 0, 0, 2], "x": ["b1", "h2a", "b0", "h0", "h2b"],
+                         "computed_at": ["c1", "c2", "c0", "c9", "c2"]})
+    assert list(variance_store.in_seed_order(rows)["x"]) == ["h0", "h2a", "h2b", "b0", "b1"]  # stable within a seed
+    kept = variance_store.Kept(values=rows)
+    assert kept.commits == {(H, 0): "c9", (H, 2): "c2", (B, 0): "c0", (B, 1): "c1"}
+    assert variance_store.nothing_kept().commits == {}
+    assert variance_store.kept_note(variance_store.nothing_kept()) == ""
+    assert "head 2 at c2" in variance_store.kept_note(kept)
+
+
 def _report(verdicts: dict[tuple[str, str], str]) -> pd.DataFrame:
     return pd.DataFrame([{"id": i, "scope": sc, "verdict": v, "extension": False} for (i, sc), v in verdicts.items()])
 

@@ -173,14 +173,15 @@ def drop_overlapping_labels(ax, keep=None, merge=None) -> int:
         is_kept = id(t) in firsts
         origin = t.xyann
         place = None
-        if conflicts(text_extent(t, renderer), mine_pts) != 0 and t.anncoords == "offset points":
+        clash = conflicts(text_extent(t, renderer), mine_pts) != 0
+        if clash and t.anncoords == "offset points":
             found = best(t, None, mine_pts, origin, far=is_kept)
             place = found[2] if found is not None and (found[0] == 0 or is_kept) else None
             if place is None and not is_kept:
                 t.remove()
                 removed += 1
                 continue
-        elif conflicts(text_extent(t, renderer), mine_pts) != 0 and not is_kept:
+        elif clash and not is_kept:
             t.remove()
             removed += 1
             continue

@@ -388,9 +388,9 @@ def head_choice(P, bb, head_seeds, progress: bool = False, kept: pd.DataFrame | 
     """Every head seed trained (cached), before any decoding, and PUBLISHED_HEAD_RULE applied: HEAD_COLUMNS, one row
     per seed (chosen_by_rule: the rule's seed; published_head: the profile's own seed, the published head). kept:
     head rows an earlier run computed (variance_store.kept_seeds), judged by the rule with the seeds trained now."""
-    from mrp_repro.report.variance_store import provenance_of
+    from mrp_repro.report.variance_store import computed_now
 
-    prov = {k: v for k, v in provenance_of(P, 0).items() if k in _HEADS}
+    prov = computed_now(P)
     rows = {int(r["seed"]): {c: r[c] for c in _HEADS[:4] + ("computed_at", "profile_hash")}
             for r in (kept.to_dict("records") if kept is not None else ())}  # fmt: skip
     for s in head_seeds:
@@ -460,10 +460,8 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
             print(f"[variance] {kind} {s}: {timing[-1][2]:.0f}s ({r['head_dir'].name})", flush=True)
     per_seed = pd.concat([f for f in (pd.DataFrame(rows, columns=list(SEED_COLUMNS)), kept.values) if len(f)]
                          or [pd.DataFrame(columns=list(SEED_COLUMNS))], ignore_index=True)  # fmt: skip
-    order = {HEAD: 0, BACKBONE: 1}
-    per_seed = (per_seed.assign(_k=per_seed["seed_kind"].map(order)).sort_values(["_k", "seed"], kind="stable")
-                .drop(columns="_k").reset_index(drop=True))  # fmt: skip
-    reports = dict(sorted(reports.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
+    per_seed = variance_store.in_seed_order(per_seed)
+    reports = dict(sorted(reports.items(), key=lambda kv: ({HEAD: 0, BACKBONE: 1}[kv[0][0]], kv[0][1])))
     table = spread_table(per_seed, P.seed)
 
     def seeds_of(kind):
@@ -486,9 +484,8 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     tables.write_csv(per_seed, figs / "variance_seeds.csv")
     claim_rows = pd.concat(seed_claims, ignore_index=True) if seed_claims else None
     if claim_rows is not None:
-        claim_rows = claim_rows.assign(_k=claim_rows["seed_kind"].map(order)).sort_values(["_k", "seed"], kind="stable")
-        tables.write_csv(claim_rows.drop(columns="_k")[list(variance_store.SEED_CLAIM_COLUMNS)],
-                         figs / variance_store.SEED_CLAIMS_FILE)  # fmt: skip
+        tables.write_csv(variance_store.in_seed_order(claim_rows)[list(variance_store.SEED_CLAIM_COLUMNS)],
+                         figs / variance_store.SEED_CLAIMS_FILE)
     across = claims_across_seeds(reports, P.seed)
     tables.save_table(across, figs, "variance_claims", note=(
         f"Each claim's verdict on every seed (the same checks as claims.md, on that seed's decodes: {n} prompts per "

@@ -28,7 +28,7 @@ import pandas as pd
 from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
 
 __all__ = ["HEAD", "BACKBONE", "SEED_COLUMNS", "SEED_CLAIMS_FILE", "SEED_CLAIM_COLUMNS", "Kept", "nothing_kept",
-           "seed_claim_rows", "kept_seeds", "provenance_of", "kept_note"]  # fmt: skip
+           "in_seed_order", "seed_claim_rows", "kept_seeds", "computed_now", "provenance_of", "kept_note"]  # fmt: skip
 
 #: the two kinds of seed (report.variance's module docstring)
 HEAD, BACKBONE = "head seeds", "backbone seeds"
@@ -51,8 +51,15 @@ class Kept:
     values: pd.DataFrame
     reports: dict[tuple[str, int], pd.DataFrame] = field(default_factory=dict)
     heads: pd.DataFrame | None = None
-    commits: dict[tuple[str, int], str] = field(default_factory=dict)  # (kind, seed) -> the commit that computed it
     dropped: list[str] = field(default_factory=list)  # why a seed in the files is not kept
+
+    @property
+    def commits(self) -> dict[tuple[str, int], str]:
+        """(kind, seed) -> the commit that computed that kept seed (its rows' computed_at)."""
+        if self.values.empty:
+            return {}
+        firsts = self.values.groupby(["seed_kind", "seed"], sort=True)["computed_at"].first()
+        return {(str(k), int(s)): str(c) for (k, s), c in firsts.items()}
 
 
 def nothing_kept() -> Kept:
@@ -60,14 +67,26 @@ def nothing_kept() -> Kept:
     return Kept(values=pd.DataFrame(columns=list(SEED_COLUMNS)))
 
 
-def provenance_of(profile, n_prompts: int) -> dict:
-    """The provenance columns a seed computed now carries: the prompts per task it decodes, this commit (12 hex,
-    '+dirty' with uncommitted code) and the profile's hash."""
+def computed_now(profile) -> dict:
+    """What anything computed now carries: this commit (12 hex, '+dirty' with uncommitted code) and the profile's
+    hash (a head row, which decodes no prompt)."""
     from mrp_repro.runtime import code_version
 
     v = code_version()
-    return {"seed_prompts": int(n_prompts), "computed_at": str(v["git_commit"])[:12] + ("+dirty" if v["git_dirty"]
-            else ""), "profile_hash": profile.hash}  # fmt: skip
+    return {"computed_at": str(v["git_commit"])[:12] + ("+dirty" if v["git_dirty"] else ""),
+            "profile_hash": profile.hash}
+
+
+def provenance_of(profile, n_prompts: int) -> dict:
+    """The provenance columns a seed computed now carries: the prompts per task it decodes, and computed_now."""
+    return {"seed_prompts": int(n_prompts), **computed_now(profile)}
+
+
+def in_seed_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame`'s rows with head seeds before backbone seeds, each kind by seed (stable within a seed)."""
+    kind_rank = frame["seed_kind"].map({HEAD: 0, BACKBONE: 1})
+    order = sorted(range(len(frame)), key=lambda i: (kind_rank.iloc[i], int(frame["seed"].iloc[i])))
+    return frame.iloc[order].reset_index(drop=True)
 
 
 def seed_claim_rows(kind: str, seed: int, report: pd.DataFrame, claim_ids, prov: dict) -> pd.DataFrame:
@@ -119,7 +138,6 @@ def kept_seeds(directory, profile, running: set[tuple[str, int]], n_prompts: int
         else:
             out.values = pd.concat([out.values, rows], ignore_index=True) if len(out.values) else rows.copy()
             out.reports[key] = rep.fillna("").reset_index(drop=True)
-            out.commits[key] = str(rows["computed_at"].iloc[0])
     if heads is not None and "computed_at" in heads.columns:
         keep = sorted(s for k, s in out.reports if k == HEAD)
         out.heads = heads[heads["seed"].isin(keep)].reset_index(drop=True)
