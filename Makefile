@@ -37,7 +37,7 @@ help:
 	@echo "                 evaluates the published artifacts/PROFILE/ where there are some (chain16, tiny); FROM_SCRATCH=1"
 	@echo "                 retrains them instead (runs/from-scratch/; 22 min measured on tiny) and compares (docs/published.md)"
 	@echo "make gpu-check   the GPU check with the machine's CUDA torch, no install (kernels vs reference, verify at SDAR-4B"
-	@echo "                 shapes, engine; ~6 min) into GPU_CHECK_OUT=figures/gpu_check/"
+	@echo "                 shapes, engine; ~7-9 min) into GPU_CHECK_OUT=figures/gpu_check/"
 	@echo "make ablations   setup, then the head ablations on PROFILE (opt-in: 12 heads on tiny, ~85 min measured on 2 shared"
 	@echo "                 cores; resumable) and notebook 10: figures/$(PROFILE)/ablation_*"
 	@echo "make variance    setup, then head and backbone seeds 0 1 2 on PROFILE (seed 0: the published run; opt-in: ~46 min"
