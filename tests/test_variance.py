@@ -63,6 +63,26 @@ def test_seed_rows_sort_head_seeds_first_and_kept_commits_come_from_the_rows():
     assert "head 2 at c2" in variance_store.kept_note(kept)
 
 
+def test_the_spread_figure_draws_every_seed_apart_and_rings_the_published_one():
+    import matplotlib.pyplot as plt
+
+    H, B = variance_store.HEAD, variance_store.BACKBONE
+    per = pd.DataFrame([{"seed_kind": k, "seed": s, "headline": "static_accuracy", "benchmark": "t", "seed_value": v,
+                         "seed_value_lo": v - 1, "seed_value_hi": v + 1}
+                        for k, vals in ((H, (96.9, 96.9, 96.9)), (B, (96.9, 100.0, 100.0))) for s, v in enumerate(vals)])
+    fig = variance_spread.plot_spread(per, published_seed=0)
+    ax = fig.axes[0]
+    from matplotlib.collections import PathCollection
+
+    points = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
+    assert len(points) == 6 and len({tuple(np.round(p, 6)) for p in points}) == 6  # equal values stay apart
+    rings = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    ring_xy = {(round(float(ln.get_xdata()[0]), 6), round(float(ln.get_ydata()[0]), 6)) for ln in rings}
+    seed0 = {(round(float(x), 6), round(float(y), 6)) for x, y in points if y == pytest.approx(96.9)}
+    assert len(ring_xy) == 2 and ring_xy <= seed0  # one ring per kind, on a seed-0 point
+    plt.close(fig)
+
+
 def _report(verdicts: dict[tuple[str, str], str]) -> pd.DataFrame:
     return pd.DataFrame([{"id": i, "scope": sc, "verdict": v, "extension": False} for (i, sc), v in verdicts.items()])
 

@@ -33,7 +33,10 @@ _VARIANCE = ("headline", "benchmark", "seed_kind", "n_seeds", "seeds", "publishe
              "seed_mean", "seed_std", "seed_min", "seed_max", "ci_covers_seeds")  # fmt: skip
 COLUMNS = {c: TABLE_COLUMNS.get(c) or RUN_COLUMNS[c] for c in _VARIANCE}
 
-__all__ = ["HEADLINES", "COLUMNS", "spread_table", "plot_spread"]
+__all__ = ["HEADLINES", "COLUMNS", "SEED_STEP", "spread_table", "plot_spread"]
+
+#: plot_spread's horizontal step between a task's seeds of one kind (the kinds sit 0.25 apart)
+SEED_STEP = 0.06
 
 
 def spread_table(per_seed: pd.DataFrame, published_seed: int) -> pd.DataFrame:
@@ -82,20 +85,24 @@ def plot_spread(per_seed: pd.DataFrame, published_seed: int):
             k = g[g["seed_kind"] == kind]
             off = (j - (len(kinds) - 1) / 2) * 0.25
             for i, t in enumerate(tasks):
-                pts = k[k["benchmark"] == t]
-                ax.scatter(np.full(len(pts), i + off), pts["seed_value"], color=cols[kind], s=22,
-                           label=kind if i == 0 else None, zorder=3)  # fmt: skip
-                pub = pts[pts["seed"] == published_seed]
-                if len(pub):
-                    y, lo, hi = (float(pub.iloc[0][c]) for c in ("seed_value", "seed_value_lo", "seed_value_hi"))
+                pts = k[k["benchmark"] == t].sort_values("seed", kind="stable")
+                # each seed a step right of the one before: seeds of equal value stay apart (chain16's backbone
+                # seeds 1 and 2 both at 100% static on code)
+                xs = i + off + (np.arange(len(pts)) - (len(pts) - 1) / 2) * SEED_STEP
+                ax.scatter(xs, pts["seed_value"], color=cols[kind], s=22, label=kind if i == 0 else None, zorder=3)
+                at = np.flatnonzero(pts["seed"].to_numpy() == published_seed)
+                if len(at):
+                    pub = pts.iloc[at[0]]
+                    y, lo, hi = (float(pub[c]) for c in ("seed_value", "seed_value_lo", "seed_value_hi"))
                     yerr = None if math.isnan(lo) else [[max(y - lo, 0)], [max(hi - y, 0)]]
-                    ax.errorbar([i + off], [y], yerr=yerr, fmt="o", mfc="none", mec="black", ecolor="black",
+                    ax.errorbar([xs[at[0]]], [y], yerr=yerr, fmt="o", mfc="none", mec="black", ecolor="black",
                                 ms=9, capsize=3, zorder=4, label="published (CI)" if i == 0 and j == 0 else None)
         ax.set_xticks(range(len(tasks)), tasks, fontsize=8)
         ax.set_title(h, fontsize=9)
         ax.margins(x=0.3)
     axs[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle("seed spread of the headline numbers (points: seeds; ringed: the published seed with its "
-                 "bootstrap CI over prompts; head and backbone seeds side by side)", fontsize=10)  # fmt: skip
+    fig.suptitle("seed spread of the headline numbers (points: seeds, left to right in seed order; ringed: the "
+                 "published seed with its bootstrap CI over prompts; head and backbone seeds side by side)",
+                 fontsize=10)  # fmt: skip
     fig.tight_layout()
     return fig
