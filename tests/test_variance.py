@@ -67,9 +67,10 @@ def test_the_spread_figure_draws_every_seed_apart_and_rings_the_published_one():
     import matplotlib.pyplot as plt
 
     H, B = variance_store.HEAD, variance_store.BACKBONE
+    values = {H: (96.9, 96.9, 96.9), B: (96.9, 100.0, 100.0)}  # equal values within a kind
     per = pd.DataFrame([{"seed_kind": k, "seed": s, "headline": "static_accuracy", "benchmark": "t", "seed_value": v,
                          "seed_value_lo": v - 1, "seed_value_hi": v + 1}
-                        for k, vals in ((H, (96.9, 96.9, 96.9)), (B, (96.9, 100.0, 100.0))) for s, v in enumerate(vals)])
+                        for k, vals in values.items() for s, v in enumerate(vals)])
     fig = variance_spread.plot_spread(per, published_seed=0)
     ax = fig.axes[0]
     from matplotlib.collections import PathCollection
