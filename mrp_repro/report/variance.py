@@ -461,7 +461,7 @@ def run(profile, head_seeds: Sequence[int] = (0, 1, 2), backbone_seeds: Sequence
     per_seed = pd.concat([f for f in (pd.DataFrame(rows, columns=list(SEED_COLUMNS)), kept.values) if len(f)]
                          or [pd.DataFrame(columns=list(SEED_COLUMNS))], ignore_index=True)  # fmt: skip
     per_seed = variance_store.in_seed_order(per_seed)
-    reports = dict(sorted(reports.items(), key=lambda kv: ({HEAD: 0, BACKBONE: 1}[kv[0][0]], kv[0][1])))
+    reports = dict(sorted(reports.items(), key=lambda kv: variance_store.seed_order(*kv[0])))
     table = spread_table(per_seed, P.seed)
 
     def seeds_of(kind):

@@ -28,7 +28,8 @@ import pandas as pd
 from mrp_repro.measure.schema import RUN_COLUMNS, TABLE_COLUMNS
 
 __all__ = ["HEAD", "BACKBONE", "SEED_COLUMNS", "SEED_CLAIMS_FILE", "SEED_CLAIM_COLUMNS", "Kept", "nothing_kept",
-           "in_seed_order", "seed_claim_rows", "kept_seeds", "computed_now", "provenance_of", "kept_note"]  # fmt: skip
+           "seed_order", "in_seed_order", "seed_claim_rows", "kept_seeds", "computed_now", "provenance_of",
+           "kept_note"]  # fmt: skip
 
 #: the two kinds of seed (report.variance's module docstring)
 HEAD, BACKBONE = "head seeds", "backbone seeds"
@@ -82,11 +83,15 @@ def provenance_of(profile, n_prompts: int) -> dict:
     return {"seed_prompts": int(n_prompts), **computed_now(profile)}
 
 
+def seed_order(kind: str, seed: int) -> tuple[int, int]:
+    """The sort key of a seed run: head seeds before backbone seeds, each kind by seed."""
+    return ((HEAD, BACKBONE).index(kind), int(seed))
+
+
 def in_seed_order(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame`'s rows with head seeds before backbone seeds, each kind by seed (stable within a seed)."""
-    kind_rank = frame["seed_kind"].map({HEAD: 0, BACKBONE: 1})
-    order = sorted(range(len(frame)), key=lambda i: (kind_rank.iloc[i], int(frame["seed"].iloc[i])))
-    return frame.iloc[order].reset_index(drop=True)
+    """`frame`'s rows in seed_order (stable within a seed)."""
+    keys = [seed_order(k, s) for k, s in zip(frame["seed_kind"], frame["seed"], strict=True)]
+    return frame.iloc[sorted(range(len(frame)), key=keys.__getitem__)].reset_index(drop=True)
 
 
 def seed_claim_rows(kind: str, seed: int, report: pd.DataFrame, claim_ids, prov: dict) -> pd.DataFrame:
